@@ -1,0 +1,99 @@
+"""Read cluster state from the Ray dashboard's HTTP API, with the cluster token.
+
+Used on the controller (`rlrun status`) and on the nodes (the ray_node role
+waits through `python -m rlrun.nodecheck`). Only `requests`: no Ray import, so
+it works before Ray is importable and never joins the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import requests
+
+from rlrun.errors import RlrunError
+
+
+@dataclass(frozen=True)
+class Node:
+    """One Ray node as the dashboard reports it."""
+
+    node_id: str
+    node_ip: str
+    is_head: bool
+    state: str
+    cpus: float
+    gpus: float
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "ALIVE"
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The header Ray's token authentication expects (none when auth is off)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def get_json(url: str, token: str | None, timeout: float = 10.0) -> dict:
+    """GET a dashboard endpoint; every failure becomes an RlrunError naming URL and cause."""
+    try:
+        resp = requests.get(url, headers=auth_headers(token), timeout=timeout)
+    except requests.ConnectionError:
+        raise RlrunError(f"cannot reach the Ray dashboard at {url} (connection refused or unreachable): "
+                         "is the cluster up? (`rlrun up`)") from None
+    except requests.Timeout:
+        raise RlrunError(f"the Ray dashboard at {url} did not answer within {timeout:.0f} s") from None
+    if resp.status_code == 401:
+        raise RlrunError(f"the Ray dashboard at {url} wants a token and none was sent "
+                         "(token authentication is on; is the inventory's token file present?)")
+    if resp.status_code == 403:
+        raise RlrunError(f"the Ray dashboard at {url} refused the token: it is not this cluster's token")
+    if resp.status_code != 200:
+        raise RlrunError(f"the Ray dashboard at {url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+    try:
+        return resp.json()
+    except ValueError:
+        raise RlrunError(f"the Ray dashboard at {url} answered something that is not JSON") from None
+
+
+def list_nodes(dashboard: str, token: str | None, timeout: float = 10.0) -> list[Node]:
+    """All nodes the cluster knows, alive or dead (state API `/api/v0/nodes`)."""
+    body = get_json(f"{dashboard.rstrip('/')}/api/v0/nodes?limit=10000", token, timeout)
+    try:
+        rows = body["data"]["result"]["result"]
+    except (KeyError, TypeError):
+        raise RlrunError(f"unexpected answer from {dashboard}/api/v0/nodes: {str(body)[:200]}") from None
+    return [
+        Node(
+            node_id=row["node_id"],
+            node_ip=row["node_ip"],
+            is_head=bool(row.get("is_head_node")),
+            state=row["state"],
+            cpus=float(row.get("resources_total", {}).get("CPU", 0.0)),
+            gpus=float(row.get("resources_total", {}).get("GPU", 0.0)),
+        )
+        for row in rows
+    ]
+
+
+def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: float) -> Node:
+    """Poll until a node with `node_ip` is ALIVE; the last error explains a timeout."""
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while True:
+        try:
+            nodes = list_nodes(dashboard, token, timeout=5.0)
+            for node in nodes:
+                if node.node_ip == node_ip and node.alive:
+                    return node
+            last = f"alive nodes: {sorted(n.node_ip for n in nodes if n.alive)}"
+        except RlrunError as exc:
+            last = str(exc)
+            if "refused the token" in last:
+                raise
+        if time.monotonic() >= deadline:
+            raise RlrunError(f"node {node_ip} is not alive in the cluster at {dashboard} after {timeout:.0f} s "
+                             f"({last})")
+        time.sleep(1.0)

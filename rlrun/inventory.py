@@ -1,0 +1,125 @@
+"""What rlrun needs to know about a cluster, read from its Ansible inventory.
+
+The inventory is the hand-over document: rlrun reads it through Ansible's own
+inventory API (so group_vars, host_vars, vault and templating behave exactly as
+in `ansible-playbook`), overlaid on the ray_node role's defaults, and derives
+the dashboard URL and the token from the same variables the roles use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlrun.errors import RlrunError
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Cluster:
+    """A cluster as described by an inventory."""
+
+    name: str
+    inventory: Path
+    head: str
+    dashboard_url: str
+    auth_enabled: bool
+    nodes: list[str] = field(default_factory=list)
+    token_store: Path | None = None
+    explicit_token: str | None = None
+    reward_urls: list[str] = field(default_factory=list)
+
+    @property
+    def token(self) -> str | None:
+        """The cluster token: the inventory's value (e.g. from a vault), else the
+        controller's token file written by the first `rlrun up`."""
+        if not self.auth_enabled:
+            return None
+        if self.explicit_token:
+            return self.explicit_token
+        assert self.token_store is not None
+        try:
+            return self.token_store.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            raise RlrunError(f"no cluster token at {self.token_store}: the cluster described by {self.inventory} "
+                             "has not been provisioned from this controller (run `rlrun up`), or set "
+                             "ray_node__auth_token in the inventory") from None
+        except OSError as exc:
+            raise RlrunError(f"cannot read the cluster token {self.token_store}: {exc.strerror}") from None
+
+
+def default_inventory() -> Path:
+    """$RLRUN_INVENTORY, else ./inventory, else the project's embedded inventory."""
+    env = os.environ.get("RLRUN_INVENTORY")
+    if env:
+        return Path(env)
+    local = Path.cwd() / "inventory"
+    return local if local.exists() else PROJECT_DIR / "inventory"
+
+
+def _role_defaults(loader, role: str) -> dict:
+    """A role's defaults, trusted as templates exactly as Ansible trusts them in a play."""
+    from ansible.template import trust_as_template
+
+    path = PROJECT_DIR / "roles" / role / "defaults" / "main.yml"
+    if not path.exists():
+        return {}
+    data = loader.load_from_file(str(path)) or {}
+    return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()}
+
+
+def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file: str | None = None) -> Cluster:
+    """Read the cluster from `inventory` (a file or directory). Errors name the path and the problem."""
+    inv_path = Path(inventory) if inventory else default_inventory()
+    if not inv_path.exists():
+        raise RlrunError(f"inventory {inv_path} does not exist (expected an Ansible inventory file or directory; "
+                         "pass --inventory or set RLRUN_INVENTORY)")
+    # Ansible imports are slow (~0.5 s): keep them out of `rlrun --help`.
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    if vault_password_file:
+        from ansible.cli import CLI
+
+        for secret in CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[vault_password_file]):
+            loader.set_vault_secrets([secret])
+    try:
+        inv = InventoryManager(loader=loader, sources=[str(inv_path)])
+        heads = inv.get_groups_dict().get("ray_head", [])
+        if len(heads) != 1:
+            raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
+        head = inv.get_host(heads[0])
+        varmgr = VariableManager(loader=loader, inventory=inv)
+        hostvars = varmgr.get_vars(host=head, include_hostvars=True)
+        variables = {**_role_defaults(loader, "ray_node"), **_role_defaults(loader, "reward_server"), **hostvars}
+        templar = Templar(loader=loader, variables=variables)
+
+        def get(name: str):
+            return templar.template(variables[name])
+
+        auth = bool(get("ray_node__auth_enabled"))
+        address = get("rlrun__node_address") if "rlrun__node_address" in variables else get("ansible_host")
+        cluster = Cluster(
+            name=str(get("ray_node__cluster_name")),
+            inventory=inv_path,
+            head=head.name,
+            dashboard_url=f"http://{address}:{int(get('ray_node__dashboard_port'))}",
+            auth_enabled=auth,
+            nodes=sorted(inv.get_groups_dict().get("ray_cluster", [])),
+        )
+        if auth:
+            if "ray_node__auth_token" in hostvars:
+                cluster.explicit_token = str(get("ray_node__auth_token")).strip()
+            else:
+                cluster.token_store = Path(get("ray_node__auth_token_store"))
+        if "reward_server__url" in variables:
+            cluster.reward_urls = [str(get("reward_server__url"))]
+        return cluster
+    except AnsibleError as exc:
+        raise RlrunError(f"inventory {inv_path}: {exc.message}") from None

@@ -1,0 +1,91 @@
+"""Run the project's playbooks through ansible-runner and report per host."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlrun.errors import RlrunError
+from rlrun.inventory import PROJECT_DIR
+
+PLAYBOOKS = {
+    "up": PROJECT_DIR / "site.yml",
+    "down": PROJECT_DIR / "playbooks" / "teardown.yml",
+    "status": PROJECT_DIR / "playbooks" / "status.yml",
+}
+
+
+@dataclass
+class HostResult:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    rc: int
+    hosts: dict[str, HostResult]
+
+
+def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: dict | None = None,
+                 progress=None) -> RunResult:
+    """Run playbook `name` (up | down | status) against `inventory`."""
+    import ansible_runner
+
+    playbook = PLAYBOOKS[name]
+    if not inventory.exists():
+        raise RlrunError(f"inventory {inventory} does not exist")
+    private = Path(tempfile.mkdtemp(prefix="rlrun-runner-"))
+    seen_tasks: set[str] = set()
+
+    def on_event(event: dict) -> bool:
+        data = event.get("event_data", {})
+        if progress and event.get("event") == "playbook_on_task_start":
+            task = data.get("task", "")
+            if task and task not in seen_tasks:
+                seen_tasks.add(task)
+                progress(task)
+        return True  # keep the event: stats and errors are read from it
+
+    bin_dir = str(Path(sys.executable).parent)
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(PROJECT_DIR),
+            playbook=str(playbook),
+            inventory=str(inventory.resolve()),
+            extravars=extravars or {},
+            envvars={"ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+                     "ANSIBLE_ROLES_PATH": str(PROJECT_DIR / "roles"),
+                     "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+            quiet=not verbose,
+            event_handler=on_event,
+        )
+        hosts: dict[str, HostResult] = {}
+        stats = runner.stats or {}
+        for key, attr in [("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+                          ("dark", "unreachable"), ("skipped", "skipped")]:
+            for host, count in (stats.get(key) or {}).items():
+                setattr(hosts.setdefault(host, HostResult()), attr, count)
+        for event in runner.events:
+            if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+                data = event.get("event_data", {})
+                if data.get("ignore_errors"):
+                    continue
+                res = data.get("res", {})
+                msg = res.get("stderr") or res.get("msg") or "failed"
+                if res.get("results"):  # a loop: the failed items' messages
+                    msg = "; ".join(str(r.get("msg")) for r in res["results"] if r.get("failed")) or msg
+                hosts.setdefault(data.get("host", "?"), HostResult()).errors.append(
+                    f"{data.get('task', '?')}: {str(msg).strip()}")
+        return RunResult(rc=runner.rc, hosts=hosts)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

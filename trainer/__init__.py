@@ -1,0 +1,1 @@
+"""Trainer that runs inside the Ray job."""
