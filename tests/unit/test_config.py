@@ -1,0 +1,305 @@
+"""Unit tests of the trainer configuration (trainer.config*, trainer.train_ppo_ray)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from trainer import train_ppo_ray
+from trainer.config import ConfigError, TrainerConfig
+from trainer.config_cli import build_parser, parse_args
+from trainer.config_fields import flag_specs
+
+REPO = Path(__file__).resolve().parents[2]
+
+SEED = shlex.split(
+    '--ref_num_nodes 2 --ref_num_gpus_per_node 4 --remote_rm_url "http://127.0.0.1:5001/get_reward" '
+    "--actor_num_nodes 2 --actor_num_gpus_per_node 4 --vllm_num_engines 2 --vllm_tensor_parallel_size 4 "
+    "--colocate_all_models --vllm_enable_sleep --vllm_gpu_memory_utilization 0.85 --vllm_sync_backend gloo "
+    "--enable_prefix_caching --pretrain /x --save_path ./ckpts/m --micro_train_batch_size 2 "
+    "--train_batch_size 128 --micro_rollout_batch_size 4 --rollout_batch_size 256 --temperature 1 "
+    "--n_samples_per_prompt 8 --max_epochs 1 --num_episodes 30 --prompt_max_len 4096 --max_samples 100000 "
+    "--generate_max_len 4096 --advantage_estimator rloo --zero_stage 3 --adam_offload --bf16 "
+    "--actor_learning_rate 5e-7 --init_kl_coef 0.02 --prompt_data /y --input_key message --normalize_reward "
+    "--flash_attn --gradient_checkpointing --save_steps 10 --ckpt_path ./ckpts/m/ckpt --save_hf_ckpt"
+)
+
+
+def with_flags(*changes: str, drop: tuple[str, ...] = ()) -> list[str]:
+    """The seed command with ``changes`` ('--flag value' strings) applied and the ``drop`` flags removed."""
+    argv = list(SEED)
+    for name in drop:
+        i = argv.index(name)
+        del argv[i : i + (1 if i + 1 == len(argv) or argv[i + 1].startswith("--") else 2)]
+    for change in changes:
+        name, *value = shlex.split(change)
+        if name in argv:
+            i = argv.index(name)
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                argv[i + 1 : i + 2] = value
+                continue
+        argv += [name, *value]
+    return argv
+
+
+def run_entry(argv: list[str], first_on_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the entry point as ``python -m trainer.train_ppo_ray`` in a fresh interpreter."""
+    path = [str(first_on_path)] if first_on_path else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
+    command = [sys.executable, "-m", "trainer.train_ppo_ray", *argv]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+
+
+def problems_of(argv: list[str]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_args(argv)
+    return info.value.problems
+
+
+# --- the seed job ---------------------------------------------------------------------------------------
+def test_seed_command_parses_with_derived_sizes():
+    cfg = parse_args(SEED)
+    assert (cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size, cfg.vllm_total_gpus) == (2, 4, 8)
+    assert (cfg.actor_num_nodes, cfg.actor_num_gpus_per_node, cfg.actor_world_size) == (2, 4, 8)
+    assert (cfg.ref_num_nodes, cfg.ref_num_gpus_per_node, cfg.ref_world_size) == (2, 4, 8)
+    assert cfg.remote_rm_url == ("http://127.0.0.1:5001/get_reward",)
+    assert cfg.advantage_estimator == "rloo" and not cfg.needs_critic and cfg.critic_pretrain is None
+    assert cfg.rollout_samples == 2048  # 256 * 8
+    assert cfg.grad_accum_steps == 8  # 128 / (2 * 8)
+    assert cfg.train_steps_per_rollout == 16  # 2048 / 128 * 1
+    assert cfg.micro_rollout_batches == 512  # 2048 / 4
+    assert cfg.max_rollouts_per_episode == 390  # 100000 // 256
+    assert cfg.max_train_steps == 30 * 390 * 16
+    assert cfg.gpus_required == 8  # colocated
+    assert cfg.temperature == 1.0 and isinstance(cfg.temperature, float)
+    assert cfg.total_train_steps(num_prompts=1000) == 30 * 3 * 16  # 1000 // 256 = 3 rollouts per episode
+
+
+def test_print_config_subprocess_without_ray(tmp_path):
+    # poison ray / deepspeed / torch: importing any of them fails the command
+    for name in ("ray", "deepspeed", "torch"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} must not be imported')\n")
+    result = run_entry([*SEED, "--print-config"], first_on_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert (shown["vllm_num_engines"], shown["vllm_tensor_parallel_size"]) == (2, 4)
+    assert (shown["actor_num_nodes"], shown["actor_num_gpus_per_node"]) == (2, 4)
+    assert (shown["ref_num_nodes"], shown["ref_num_gpus_per_node"]) == (2, 4)
+    assert shown["advantage_estimator"] == "rloo"
+    assert (
+        shown["rollout_samples"] == 2048 and shown["grad_accum_steps"] == 8 and shown["actor_world_size"] == 8
+    )
+
+
+def test_print_config_imports_no_heavy_modules():
+    code = (
+        "import sys\nfrom trainer import train_ppo_ray\n"
+        f"rc = train_ppo_ray.main({[*SEED, '--print-config']!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'deepspeed', 'torch', 'vllm'))\n"
+        "print('RESULT', rc, heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "RESULT 0 []"
+
+
+def test_print_config_redacts_wandb_key(capsys):
+    assert train_ppo_ray.main([*SEED, "--use_wandb", "sekrit-key", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "sekrit-key" not in out and json.loads(out)["use_wandb"] == "<redacted>"
+
+
+def test_every_seed_flag_is_a_config_field():
+    names = {spec.cli for spec in flag_specs(TrainerConfig)}
+    assert {arg for arg in SEED if arg.startswith("--")} <= names
+
+
+# --- validation ---------------------------------------------------------------------------------------
+# case -> (flags changed or added, flags dropped, fragments the error must contain)
+BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
+    "rollout not divisible by train batch": (
+        ["--train_batch_size 96"], (),
+        ["--rollout_batch_size 256 * --n_samples_per_prompt 8 = 2048", "--train_batch_size 96", "2048 % 96 = 32"],
+    ),
+    "train batch not divisible by micro*world": (
+        ["--micro_train_batch_size 3"], (),
+        ["--train_batch_size 128", "--micro_train_batch_size 3", "--actor_num_nodes 2", "= 24", "128 % 24 = 8"],
+    ),
+    "rollout not divisible by micro rollout": (
+        ["--micro_rollout_batch_size 3"], (),
+        ["--rollout_batch_size 256 must be divisible by --micro_rollout_batch_size 3", "256 % 3 = 1"],
+    ),
+    "fewer micro rollout batches than actor ranks": (
+        ["--rollout_batch_size 16", "--n_samples_per_prompt 4", "--micro_rollout_batch_size 16",
+         "--train_batch_size 16", "--micro_train_batch_size 1"], (),
+        ["// --micro_rollout_batch_size 16 = 4 micro rollout batches", "actor world size 8"],
+    ),
+    "gae critic placement under colocation": (
+        ["--advantage_estimator gae"], (),
+        ["--colocate_all_models", "critic placement", "--critic_num_nodes 1 x --critic_num_gpus_per_node 8",
+         "--actor_num_nodes 2 x --actor_num_gpus_per_node 4"],
+    ),
+    "rloo with one sample": (
+        ["--n_samples_per_prompt 1", "--rollout_batch_size 512"], (),
+        ["--advantage_estimator rloo requires --n_samples_per_prompt > 1 (got 1)"],
+    ),
+    "group_norm with one sample": (
+        ["--advantage_estimator group_norm", "--n_samples_per_prompt 1", "--rollout_batch_size 512"], (),
+        ["--advantage_estimator group_norm requires --n_samples_per_prompt > 1"],
+    ),
+    "colocated vLLM GPUs != actor GPUs": (
+        ["--vllm_num_engines 1"], (),
+        ["--vllm_num_engines 1 * --vllm_tensor_parallel_size 4 = 4 vLLM GPUs", "actor world size 8"],
+    ),
+    "colocated ref placement != actor": (
+        ["--ref_num_nodes 1"], (),
+        ["ref placement", "--ref_num_nodes 1 x --ref_num_gpus_per_node 4 != --actor_num_nodes 2"],
+    ),
+    "both reward sources": (["--reward_fn math_verify"], (), ["--remote_rm_url", "--reward_fn math_verify", "both"]),
+    "no reward source": ([], ("--remote_rm_url",), ["exactly one of --remote_rm_url", "--reward_fn"]),
+    "temperature zero": (["--temperature 0"], (), ["--temperature 0: must be > 0"]),
+    "vLLM memory above 1": (["--vllm_gpu_memory_utilization 1.5"], (), ["--vllm_gpu_memory_utilization 1.5", "<= 1"]),
+    "vLLM memory zero": (["--vllm_gpu_memory_utilization 0"], (), ["--vllm_gpu_memory_utilization 0", "> 0"]),
+    "zero stage 4": (["--zero_stage 4"], (), ["--zero_stage 4", "one of 0, 1, 2, 3"]),
+    "bad sync backend": (["--vllm_sync_backend tcp"], (), ["--vllm_sync_backend 'tcp'", "one of nccl, gloo"]),
+    "non-positive nodes": (["--actor_num_nodes 0"], (), ["--actor_num_nodes 0: must be >= 1"]),
+    "gamma with rloo": (["--gamma 0.99"], (), ["--gamma 0.99 with --advantage_estimator rloo"]),
+    "sleep without colocation": ([], ("--colocate_all_models",), ["--vllm_enable_sleep only applies with"]),
+    "max_samples below one rollout": (["--max_samples 100"], (), ["--max_samples 100 < --rollout_batch_size 256"]),
+    "save_steps zero": (["--save_steps 0"], (), ["--save_steps 0", "-1", ">= 1"]),
+    "template without {}": (["--input_template 'Q: %s'"], (), ["--input_template 'Q: %s'", "'{}'"]),
+    "non-http reward url": (["--remote_rm_url ftp://rm"], (), ["--remote_rm_url ftp://rm", "http://"]),
+    "kl loss without coefficient": (
+        ["--use_kl_loss", "--init_kl_coef 0"], (), ["--use_kl_loss with --init_kl_coef 0"],
+    ),
+    "critic for rloo": (
+        ["--critic_pretrain /c"], (), ["--critic_pretrain /c is only used by --advantage_estimator gae"],
+    ),
+    "vllm engines with hf backend": (
+        ["--rollout_backend hf"], (),
+        ["--vllm_num_engines 2 with --rollout_backend hf", "--vllm_enable_sleep with --rollout_backend hf"],
+    ),
+    "bad kl estimator": (["--kl_estimator k4"], (), ["--kl_estimator 'k4'", "one of k1, k2, k3"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_configuration_names_flag_and_arithmetic(case):
+    changes, drop, expected = BAD_CONFIGS[case]
+    message = "\n".join(problems_of(with_flags(*changes, drop=drop)))
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+
+
+def test_all_problems_are_reported_at_once():
+    problems = problems_of(
+        with_flags("--temperature 0", "--zero_stage 5", "--train_batch_size 96", drop=("--pretrain",))
+    )
+    assert len(problems) == 4, problems
+    text = str(ConfigError(problems))
+    assert text.startswith("invalid trainer configuration (4 problems):")
+    assert all(
+        f in text for f in ("--temperature", "--zero_stage", "--train_batch_size", "--pretrain is required")
+    )
+
+
+def test_validation_error_exits_2_with_message():
+    result = run_entry(with_flags("--train_batch_size 96"))
+    assert result.returncode == 2
+    assert "2048 % 96 = 32" in result.stderr and result.stdout == ""
+
+
+def test_gae_resolves_critic_to_pretrain():
+    cfg = parse_args(
+        with_flags("--advantage_estimator gae", drop=("--colocate_all_models", "--vllm_enable_sleep"))
+    )
+    assert cfg.critic_pretrain == "/x" and cfg.needs_critic
+    assert cfg.critic_world_size == 8 and cfg.critic_grad_accum_steps == 8  # 128 / (2 * 1 * 8)
+    assert cfg.gpus_required == 8 + 8 + 8 + 8  # actor + ref + critic + vLLM, not colocated
+
+
+# --- command line -----------------------------------------------------------------------------------------
+def test_unknown_flag_exits_2_with_suggestion():
+    result = run_entry([*SEED, "--rollout_batch_sz", "4", "--print-config"])
+    assert result.returncode == 2
+    assert "--rollout_batch_sz" in result.stderr and "did you mean --rollout_batch_size?" in result.stderr
+
+
+def test_unsupported_openrlhf_flag_is_an_error_not_ignored(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_args([*SEED, "--packing_samples"])
+    assert info.value.code == 2
+    assert "--packing_samples: OpenRLHF flag not supported here" in capsys.readouterr().err
+
+
+def test_flag_abbreviations_are_not_accepted(capsys):
+    with pytest.raises(SystemExit):
+        parse_args([*SEED, "--pretra", "/z"])
+    assert "did you mean --pretrain?" in capsys.readouterr().err
+
+
+def test_comma_separated_reward_urls_and_optional_values():
+    cfg = parse_args(
+        with_flags("--remote_rm_url http://a:1/r,http://b:2/r", "--value_clip none", "--use_tensorboard")
+    )
+    assert cfg.remote_rm_url == ("http://a:1/r", "http://b:2/r")
+    assert cfg.value_clip is None
+    assert cfg.use_tensorboard == os.path.join("./ckpts/m", "tensorboard")
+
+
+def test_help_lists_flags():
+    text = build_parser().format_help()
+    assert "--vllm_sync_backend {nccl,gloo}" in text and "--remote_rm_timeout" in text
+
+
+def test_without_print_config_runs_the_loop(monkeypatch):
+    seen = []
+    monkeypatch.setitem(sys.modules, "trainer.loop", types.SimpleNamespace(run=seen.append))
+    assert train_ppo_ray.main(SEED) == 0
+    assert len(seen) == 1 and seen[0].actor_world_size == 8
+
+
+def test_missing_loop_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "trainer.loop", None)  # makes `import trainer.loop` fail
+    assert train_ppo_ray.main(SEED) == 2
+    assert "training loop not available yet" in capsys.readouterr().err
+
+
+# --- immutability and serialisation -------------------------------------------------------------------
+def test_config_is_immutable():
+    cfg = parse_args(SEED)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train_batch_size = 64  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.actor_world_size = 1  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="2048 % 96 = 32"):
+        cfg.replace(train_batch_size=96)
+    assert cfg.replace(train_batch_size=256).grad_accum_steps == 16
+
+
+def test_to_dict_round_trip_and_unknown_keys():
+    cfg = parse_args(SEED)
+    data = json.loads(cfg.to_json())
+    assert data["rollout_samples"] == 2048 and data["needs_critic"] is False
+    assert TrainerConfig.from_dict(data) == cfg
+    with pytest.raises(
+        ConfigError, match=r"unknown field train_batchsize \(did you mean train_batch_size\?\)"
+    ):
+        TrainerConfig.from_dict({**data, "train_batchsize": 1})
+
+
+def test_direct_construction_is_type_checked():
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig(pretrain="/x", prompt_data="/y", reward_fn="f", train_batch_size="128", bf16=1)
+    text = str(info.value)
+    assert "--train_batch_size '128': expected an integer" in text and "--bf16 1: expected a boolean" in text

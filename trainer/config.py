@@ -1,0 +1,302 @@
+"""The trainer's one typed configuration: every flag of ``python -m trainer.train_ppo_ray``.
+
+Flags keep the spelling and meaning of OpenRLHF's ``openrlhf.cli.train_ppo_ray`` (defaults too, unless
+noted). Each field below *is* a flag: ``trainer.config_cli`` builds the argparse parser from these fields.
+
+Constructing a :class:`TrainerConfig` validates it: per-field checks (types, choices, bounds), then the
+cross-field rules of ``trainer.config_checks``; every problem found is reported at once in one
+:class:`ConfigError`. A constructed config is frozen, with "auto" values resolved (``critic_pretrain``,
+``vllm_num_engines``, ``use_tensorboard``) and the derived sizes filled in (``rollout_samples``,
+``actor_world_size``, ``grad_accum_steps``, ...; see the ``derived`` fields at the end).
+
+Nothing here checks that paths exist: a config may describe a job for a remote cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trainer import config_checks
+from trainer.config_fields import check_field, derived, derived_names, flag, flag_specs
+
+AdvantageEstimator = Literal["gae", "rloo", "reinforce_baseline", "group_norm"]
+KlEstimator = Literal["k1", "k2", "k3"]
+
+# Placeholder values of a bare ``--use_tensorboard`` / ``--use_wandb`` (see their help).
+TENSORBOARD_AUTO = "auto"
+WANDB_FROM_ENV = "env"
+REDACTED = "<redacted>"
+
+
+class ConfigError(ValueError):
+    """Invalid trainer configuration; ``problems`` lists every problem found (each names its flags)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        count = f"{len(self.problems)} problem" + ("s" if len(self.problems) != 1 else "")
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid trainer configuration ({count}):\n{lines}")
+
+
+# --help section names; one-letter aliases keep the flag table below at about one line per flag.
+P, V, M, D, T, A, S, C, L = (
+    "placement", "rollout engine (vLLM)", "models and reward", "data", "rollout and training batches",
+    "PPO algorithm", "DeepSpeed", "checkpoints", "logging",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Validated, immutable trainer configuration (see the module docstring)."""
+
+    # --- placement -------------------------------------------------------------------------------------
+    actor_num_nodes: int = flag(1, "Number of nodes for the actor (policy) model.", group=P, ge=1)
+    actor_num_gpus_per_node: int = flag(8, "GPUs per node for the actor model.", group=P, ge=1)
+    ref_num_nodes: int = flag(1, "Number of nodes for the reference model.", group=P, ge=1)
+    ref_num_gpus_per_node: int = flag(8, "GPUs per node for the reference model.", group=P, ge=1)
+    critic_num_nodes: int = flag(1, "Number of nodes for the critic (gae only).", group=P, ge=1)
+    critic_num_gpus_per_node: int = flag(8, "GPUs per node for the critic (gae only).", group=P, ge=1)
+    colocate_all_models: bool = flag(
+        False, "Share the actor's GPUs between actor, reference, critic and the vLLM engines.", group=P
+    )
+    # --- rollout engine ----------------------------------------------------------------------------------
+    rollout_backend: Literal["vllm", "hf"] = flag(
+        "vllm", "Generate rollouts with vLLM engines, or with HF generate() on the actor ('hf').", group=V
+    )
+    vllm_num_engines: int | None = flag(
+        None,
+        "Number of vLLM engines. Default: 1 with --rollout_backend vllm, 0 with hf "
+        "(OpenRLHF's 0/None meaning 'no vLLM' is spelt --rollout_backend hf here).",
+        group=V,
+        ge=0,
+    )
+    vllm_tensor_parallel_size: int = flag(
+        1, "Tensor-parallel size (GPUs) of each vLLM engine.", group=V, ge=1
+    )
+    vllm_sync_backend: Literal["nccl", "gloo"] = flag(
+        "nccl", "Backend of the DeepSpeed -> vLLM weight broadcast.", group=V
+    )
+    vllm_gpu_memory_utilization: float = flag(
+        0.95, "Fraction of each GPU's memory vLLM may use (gpu_memory_utilization).", group=V, gt=0, le=1
+    )
+    vllm_enable_sleep: bool = flag(
+        False,
+        "Put vLLM to sleep (free its GPU memory) during training; needs --colocate_all_models.",
+        group=V,
+    )
+    enable_prefix_caching: bool = flag(False, "Enable vLLM automatic prefix caching.", group=V)
+    enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM.", group=V)
+    # --- models and reward -------------------------------------------------------------------------------
+    pretrain: str | None = flag(
+        None, "HF model name or path of the policy; required.", group=M, metavar="MODEL"
+    )
+    critic_pretrain: str | None = flag(
+        None,
+        "HF model name or path of the critic (gae only); defaults to --pretrain.",
+        group=M,
+        metavar="MODEL",
+    )
+    remote_rm_url: tuple[str, ...] = flag(
+        (),
+        "Remote reward-model HTTP endpoint(s), comma-separated; requests are spread over them. "
+        "Exactly one of --remote_rm_url / --reward_fn.",
+        group=M,
+        metavar="URL[,URL...]",
+    )
+    reward_fn: str | None = flag(
+        None,
+        "Local reward function, by registered name ('math_verify') or 'package.module:function'. "
+        "Exactly one of --remote_rm_url / --reward_fn.",
+        group=M,
+        metavar="NAME",
+    )
+    remote_rm_timeout: float = flag(30.0, "Seconds before a remote reward request times out.", group=M, gt=0)
+    remote_rm_retries: int = flag(3, "Retries of a failed remote reward request.", group=M, ge=0)
+    # --- data --------------------------------------------------------------------------------------------
+    prompt_data: str | None = flag(
+        None, "HF dataset name or path of the prompts; required.", group=D, metavar="DATA"
+    )
+    input_key: str = flag("input", "Dataset key holding the prompt.", group=D)
+    label_key: str | None = flag(None, "Dataset key holding the label handed to the reward.", group=D)
+    input_template: str | None = flag(
+        None, "Prompt template with one '{}' for the prompt (not with --apply_chat_template).", group=D
+    )
+    apply_chat_template: bool = flag(False, "Format prompts with the tokenizer's chat template.", group=D)
+    max_samples: int = flag(100_000_000, "Use at most this many prompts of the dataset.", group=D, ge=1)
+    prompt_max_len: int = flag(1024, "Max tokens of a prompt (longer prompts are truncated).", group=D, ge=1)
+    generate_max_len: int = flag(1024, "Max new tokens generated per sample.", group=D, ge=1)
+    # --- rollout and training batches ----------------------------------------------------------------
+    rollout_batch_size: int = flag(1024, "Prompts per rollout (experience-making) batch.", group=T, ge=1)
+    micro_rollout_batch_size: int = flag(
+        8, "Samples per forward pass when making experience (per GPU).", group=T, ge=1
+    )
+    n_samples_per_prompt: int = flag(1, "Responses sampled per prompt.", group=T, ge=1)
+    temperature: float = flag(1.0, "Sampling temperature.", group=T, gt=0)
+    top_p: float = flag(1.0, "Nucleus-sampling top_p.", group=T, gt=0, le=1)
+    train_batch_size: int = flag(128, "Global samples per optimizer step.", group=T, ge=1)
+    micro_train_batch_size: int = flag(4, "Samples per forward/backward pass per GPU.", group=T, ge=1)
+    max_epochs: int = flag(1, "Passes over each rollout batch.", group=T, ge=1)
+    num_episodes: int = flag(1, "Passes over the prompt dataset.", group=T, ge=1)
+    actor_learning_rate: float = flag(1e-6, "Actor learning rate.", group=T, gt=0)
+    critic_learning_rate: float = flag(9e-6, "Critic learning rate (gae only).", group=T, gt=0)
+    lr_warmup_ratio: float = flag(0.03, "Fraction of all steps spent in LR warm-up.", group=T, ge=0, le=1)
+    max_norm: float = flag(1.0, "Gradient clipping max norm.", group=T, gt=0)
+    l2: float = flag(0.0, "Weight decay.", group=T, ge=0)
+    seed: int = flag(42, "Random seed.", group=T, ge=0)
+    # --- PPO algorithm -----------------------------------------------------------------------------------
+    advantage_estimator: AdvantageEstimator = flag(
+        "gae",
+        "gae (PPO with critic), rloo, reinforce_baseline (REINFORCE++ with baseline) or group_norm "
+        "(GRPO); see trainer.algorithms.",
+        group=A,
+    )
+    eps_clip: float = flag(0.2, "PPO policy ratio clip range.", group=A, gt=0)
+    value_clip: float | None = flag(
+        0.5, "PPO value clip range ('none': unclipped value loss).", group=A, gt=0
+    )
+    gamma: float = flag(1.0, "Discount factor (must stay 1 except with gae).", group=A, gt=0, le=1)
+    lambd: float = flag(1.0, "GAE lambda.", group=A, ge=0, le=1)
+    init_kl_coef: float = flag(
+        0.01, "KL coefficient (reward penalty, or KL-loss weight with --use_kl_loss); 0: no reference.",
+        group=A, ge=0,
+    )  # fmt: skip
+    kl_estimator: KlEstimator = flag(
+        "k1", "KL estimator: k1 = log r, k2 = (log r)^2 / 2, k3 = exp(-log r) - 1 + log r.", group=A
+    )
+    use_kl_loss: bool = flag(False, "Add the KL as a loss term (GRPO) instead of a reward penalty.", group=A)
+    normalize_reward: bool = flag(
+        False, "Normalise reward scores with running mean/std (trainer.algorithms.normalize_reward).", group=A
+    )
+    # --- DeepSpeed ---------------------------------------------------------------------------------------
+    zero_stage: Literal[0, 1, 2, 3] = flag(2, "DeepSpeed ZeRO stage.", group=S)
+    bf16: bool = flag(False, "Train in bfloat16 (else fp16).", group=S)
+    adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU.", group=S)
+    flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
+    gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
+    # --- checkpoints -------------------------------------------------------------------------------------
+    save_path: str = flag("./ckpt", "Where the final model is saved.", group=C, metavar="PATH")
+    ckpt_path: str = flag(
+        "./ckpt/checkpoints_ppo_ray", "Where training checkpoints are saved.", group=C, metavar="PATH"
+    )
+    save_steps: int = flag(-1, "Checkpoint every N global steps; -1: never during training.", group=C)
+    save_hf_ckpt: bool = flag(False, "Also save an HF-format model with each checkpoint.", group=C)
+    max_ckpt_num: int = flag(3, "Keep at most this many checkpoints.", group=C, ge=1)
+    load_checkpoint: bool = flag(False, "Resume from the latest checkpoint in --ckpt_path.", group=C)
+    # --- logging -----------------------------------------------------------------------------------------
+    logging_steps: int = flag(1, "Log metrics every N global steps.", group=L, ge=1)
+    use_tensorboard: str | None = flag(
+        None, "TensorBoard log dir; a bare --use_tensorboard logs to <save_path>/tensorboard.",
+        group=L, const=TENSORBOARD_AUTO, metavar="LOGDIR",
+    )  # fmt: skip
+    use_wandb: str | None = flag(
+        None, "Log to Weights & Biases; bare: key from WANDB_API_KEY, or a key (OpenRLHF style).",
+        group=L, const=WANDB_FROM_ENV, metavar="KEY",
+    )  # fmt: skip
+    wandb_project: str = flag("openrlhf_train_ppo", "W&B project.", group=L)
+    wandb_run_name: str | None = flag(None, "W&B run name (default: ppo_<timestamp>).", group=L)
+    metrics_path: str | None = flag(
+        None, "Also append metrics as JSON lines to this file.", group=L, metavar="PATH"
+    )
+
+    # --- derived (computed by validation; not flags) -----------------------------------------------------
+    rollout_samples: int = derived(0, "rollout_batch_size * n_samples_per_prompt")
+    actor_world_size: int = derived(0, "actor_num_nodes * actor_num_gpus_per_node")
+    ref_world_size: int = derived(0, "ref_num_nodes * ref_num_gpus_per_node; 0 without a reference model")
+    critic_world_size: int = derived(0, "critic_num_nodes * critic_num_gpus_per_node; 0 without a critic")
+    vllm_total_gpus: int = derived(
+        0, "vllm_num_engines * vllm_tensor_parallel_size; 0 for rollout_backend hf"
+    )
+    gpus_required: int = derived(0, "GPUs the job occupies (actor_world_size when colocated, else the sum)")
+    grad_accum_steps: int = derived(0, "train_batch_size / (micro_train_batch_size * actor_world_size)")
+    critic_grad_accum_steps: int = derived(0, "as grad_accum_steps with critic_world_size; 0 without critic")
+    micro_rollout_batches: int = derived(0, "rollout_samples / micro_rollout_batch_size")
+    train_steps_per_rollout: int = derived(
+        0, "rollout_samples / train_batch_size * max_epochs (optimizer steps)"
+    )
+    max_rollouts_per_episode: int = derived(
+        0, "max_samples // rollout_batch_size (fewer if the data is smaller)"
+    )
+    max_train_steps_per_episode: int = derived(0, "max_rollouts_per_episode * train_steps_per_rollout")
+    max_train_steps: int = derived(0, "num_episodes * max_train_steps_per_episode")
+    max_sequence_len: int = derived(0, "prompt_max_len + generate_max_len")
+    needs_critic: bool = derived(False, "advantage_estimator == 'gae'")
+    needs_ref: bool = derived(False, "init_kl_coef > 0 (the reference model is created)")
+
+    def __post_init__(self) -> None:
+        """Validate (field checks, auto values, cross-field rules), then fill in the derived sizes."""
+        problems: list[str] = []
+        bad: set[str] = set()
+        for spec in flag_specs(type(self)):
+            value, problem = check_field(spec, getattr(self, spec.name))
+            object.__setattr__(self, spec.name, value)
+            if problem:
+                problems.append(problem)
+                bad.add(spec.name)
+        for name, value in config_checks.resolve_auto_values(self, bad).items():
+            object.__setattr__(self, name, value)
+        problems += config_checks.cross_field_problems(self, bad)
+        if problems:
+            raise ConfigError(problems)
+        for name, value in config_checks.derive(self).items():
+            object.__setattr__(self, name, value)
+
+    # --- dataset-dependent step counts -------------------------------------------------------------------
+    def rollouts_per_episode(self, num_prompts: int) -> int:
+        """Rollout batches per episode for a dataset of ``num_prompts`` prompts (last partial one dropped)."""
+        return min(num_prompts, self.max_samples) // self.rollout_batch_size
+
+    def total_train_steps(self, num_prompts: int) -> int:
+        """Optimizer steps of the whole run (LR schedule length) for a dataset of ``num_prompts`` prompts."""
+        return self.num_episodes * self.rollouts_per_episode(num_prompts) * self.train_steps_per_rollout
+
+    # --- serialisation -----------------------------------------------------------------------------------
+    def to_dict(self, *, redact: bool = False) -> dict[str, Any]:
+        """All flags (resolved) then all derived sizes, JSON-ready; ``redact`` hides a W&B key."""
+        out: dict[str, Any] = {}
+        for spec in flag_specs(type(self)):
+            value = getattr(self, spec.name)
+            out[spec.name] = list(value) if isinstance(value, tuple) else value
+        if redact and self.use_wandb not in (None, WANDB_FROM_ENV):
+            out["use_wandb"] = REDACTED
+        for name in derived_names(type(self)):
+            out[name] = getattr(self, name)
+        return out
+
+    def to_json(self, *, redact: bool = False, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON."""
+        return json.dumps(self.to_dict(redact=redact), indent=indent)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainerConfig:
+        """Rebuild (and re-validate) a config from :meth:`to_dict` output or any flag-name mapping.
+
+        Derived keys are ignored (they are recomputed); unknown keys are a :class:`ConfigError`.
+        """
+        flags = {spec.name for spec in flag_specs(cls)}
+        derived_keys = set(derived_names(cls))
+        unknown = [k for k in values if k not in flags and k not in derived_keys]
+        if unknown:
+            raise ConfigError([unknown_name_problem(k, sorted(flags)) for k in unknown])
+        if values.get("use_wandb") == REDACTED:
+            raise ConfigError(["use_wandb: the W&B key was redacted in this dict; pass the real key"])
+        return cls(**{k: v for k, v in values.items() if k in flags})
+
+    def replace(self, **changes: Any) -> TrainerConfig:
+        """A re-validated copy with some flags changed.
+
+        Auto values resolved in ``self`` (``critic_pretrain``, ``vllm_num_engines``, ``use_tensorboard``)
+        carry over as given values: change them too when changing what they were derived from.
+        """
+        return dataclasses.replace(self, **changes)
+
+
+def unknown_name_problem(name: str, known: list[str], prefix: str = "") -> str:
+    """'unknown flag X' plus the closest known name (difflib), if any is close."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+    return f"unknown {'flag' if prefix else 'field'} {prefix}{name}{hint}"

@@ -1,0 +1,297 @@
+"""Cross-field rules of :class:`trainer.config.TrainerConfig`: auto values, validation, derived sizes.
+
+Called from ``TrainerConfig.__post_init__`` after the per-field checks. Each rule declares the fields
+it reads and is skipped when one of them already failed its own check (so a rule never does
+arithmetic on a bad value and one mistake is reported once). Every message names the flags, their
+values and the arithmetic that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.config import TrainerConfig
+
+Rule = Callable[["TrainerConfig"], Iterator[str]]
+_RULES: list[tuple[frozenset[str], Rule]] = []
+
+# Sequence-level estimators: one score per sample, baseline from the other samples of the same prompt.
+GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm")
+_REWARD_FN_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
+
+
+def _rule(*fields: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        _RULES.append((frozenset(fields), fn))
+        return fn
+
+    return register
+
+
+def resolve_auto_values(c: TrainerConfig, bad: set[str]) -> dict[str, Any]:
+    """Values of flags whose default depends on other flags (``None``/placeholder -> concrete)."""
+    from trainer.config import TENSORBOARD_AUTO
+
+    out: dict[str, Any] = {}
+    if c.vllm_num_engines is None and "rollout_backend" not in bad:
+        out["vllm_num_engines"] = 1 if c.rollout_backend == "vllm" else 0
+    if c.critic_pretrain is None and c.advantage_estimator == "gae" and c.pretrain:
+        out["critic_pretrain"] = c.pretrain
+    if c.use_tensorboard == TENSORBOARD_AUTO:
+        out["use_tensorboard"] = os.path.join(c.save_path, "tensorboard")
+    return out
+
+
+def cross_field_problems(c: TrainerConfig, bad: set[str]) -> list[str]:
+    """Every cross-field problem of ``c``, skipping rules that read a field listed in ``bad``."""
+    problems: list[str] = []
+    for fields, rule in _RULES:
+        if not fields & bad:
+            problems.extend(rule(c))
+    return problems
+
+
+def _world(c: TrainerConfig, role: str) -> int:
+    return getattr(c, f"{role}_num_nodes") * getattr(c, f"{role}_num_gpus_per_node")
+
+
+def _world_text(c: TrainerConfig, role: str) -> str:
+    nodes, gpus = getattr(c, f"{role}_num_nodes"), getattr(c, f"{role}_num_gpus_per_node")
+    return (
+        f"{role} world size {nodes * gpus} (--{role}_num_nodes {nodes} * --{role}_num_gpus_per_node {gpus})"
+    )
+
+
+def derive(c: TrainerConfig) -> dict[str, Any]:
+    """The derived sizes of a valid config (see the ``derived`` fields of ``TrainerConfig``)."""
+    needs_critic = c.advantage_estimator == "gae"
+    needs_ref = c.init_kl_coef > 0
+    actor = _world(c, "actor")
+    ref = _world(c, "ref") if needs_ref else 0
+    critic = _world(c, "critic") if needs_critic else 0
+    vllm = (c.vllm_num_engines or 0) * c.vllm_tensor_parallel_size if c.rollout_backend == "vllm" else 0
+    samples = c.rollout_batch_size * c.n_samples_per_prompt
+    steps_per_rollout = samples // c.train_batch_size * c.max_epochs
+    rollouts = c.max_samples // c.rollout_batch_size
+    return {
+        "rollout_samples": samples,
+        "actor_world_size": actor,
+        "ref_world_size": ref,
+        "critic_world_size": critic,
+        "vllm_total_gpus": vllm,
+        "gpus_required": actor if c.colocate_all_models else actor + ref + critic + vllm,
+        "grad_accum_steps": c.train_batch_size // (c.micro_train_batch_size * actor),
+        "critic_grad_accum_steps": c.train_batch_size // (c.micro_train_batch_size * critic) if critic else 0,
+        "micro_rollout_batches": samples // c.micro_rollout_batch_size,
+        "train_steps_per_rollout": steps_per_rollout,
+        "max_rollouts_per_episode": rollouts,
+        "max_train_steps_per_episode": rollouts * steps_per_rollout,
+        "max_train_steps": c.num_episodes * rollouts * steps_per_rollout,
+        "max_sequence_len": c.prompt_max_len + c.generate_max_len,
+        "needs_critic": needs_critic,
+        "needs_ref": needs_ref,
+    }
+
+
+# --- required inputs and reward source ------------------------------------------------------------------
+@_rule("pretrain", "prompt_data")
+def _required(c: TrainerConfig) -> Iterator[str]:
+    if not c.pretrain:
+        yield "--pretrain is required: the HF model name or path of the policy model"
+    if not c.prompt_data:
+        yield "--prompt_data is required: the HF dataset name or path of the prompts"
+
+
+@_rule("remote_rm_url", "reward_fn")
+def _reward_source(c: TrainerConfig) -> Iterator[str]:
+    if not c.remote_rm_url and not c.reward_fn:
+        yield "no reward: give exactly one of --remote_rm_url URL[,URL...] or --reward_fn NAME"
+    elif c.remote_rm_url and c.reward_fn:
+        yield (f"--remote_rm_url {','.join(c.remote_rm_url)} and --reward_fn {c.reward_fn} both given: "
+               "exactly one reward source is allowed")  # fmt: skip
+    for url in c.remote_rm_url:
+        if url.endswith(".py"):
+            yield f"--remote_rm_url {url}: a local reward script is given with --reward_fn 'module:function'"
+        elif not url.startswith(("http://", "https://")):
+            yield f"--remote_rm_url {url}: expected an http:// or https:// URL"
+    if c.reward_fn and not _REWARD_FN_RE.match(c.reward_fn):
+        yield f"--reward_fn {c.reward_fn!r}: expected a registered name or 'package.module:function'"
+
+
+# --- batch arithmetic ---------------------------------------------------------------------------------
+@_rule("rollout_batch_size", "n_samples_per_prompt", "train_batch_size")
+def _rollout_fills_train_batches(c: TrainerConfig) -> Iterator[str]:
+    samples = c.rollout_batch_size * c.n_samples_per_prompt
+    if samples % c.train_batch_size:
+        yield (f"--rollout_batch_size {c.rollout_batch_size} * --n_samples_per_prompt {c.n_samples_per_prompt}"
+               f" = {samples} samples per rollout must be divisible by --train_batch_size {c.train_batch_size}"
+               f" ({samples} % {c.train_batch_size} = {samples % c.train_batch_size})")  # fmt: skip
+
+
+def _grad_accum_problem(c: TrainerConfig, role: str) -> Iterator[str]:
+    per_step = c.micro_train_batch_size * _world(c, role)
+    if c.train_batch_size % per_step:
+        yield (f"--train_batch_size {c.train_batch_size} must be divisible by --micro_train_batch_size "
+               f"{c.micro_train_batch_size} * {_world_text(c, role)} = {per_step} "
+               f"({c.train_batch_size} % {per_step} = {c.train_batch_size % per_step})")  # fmt: skip
+
+
+@_rule("train_batch_size", "micro_train_batch_size", "actor_num_nodes", "actor_num_gpus_per_node")
+def _actor_grad_accum(c: TrainerConfig) -> Iterator[str]:
+    yield from _grad_accum_problem(c, "actor")
+
+
+@_rule("train_batch_size", "micro_train_batch_size", "critic_num_nodes", "critic_num_gpus_per_node",
+       "advantage_estimator")  # fmt: skip
+def _critic_grad_accum(c: TrainerConfig) -> Iterator[str]:
+    if c.advantage_estimator == "gae":
+        yield from _grad_accum_problem(c, "critic")
+
+
+@_rule("rollout_batch_size", "micro_rollout_batch_size", "n_samples_per_prompt", "actor_num_nodes",
+       "actor_num_gpus_per_node")  # fmt: skip
+def _micro_rollout(c: TrainerConfig) -> Iterator[str]:
+    if c.rollout_batch_size % c.micro_rollout_batch_size:
+        yield (f"--rollout_batch_size {c.rollout_batch_size} must be divisible by --micro_rollout_batch_size "
+               f"{c.micro_rollout_batch_size} ({c.rollout_batch_size} % {c.micro_rollout_batch_size} = "
+               f"{c.rollout_batch_size % c.micro_rollout_batch_size})")  # fmt: skip
+    batches = c.rollout_batch_size * c.n_samples_per_prompt // c.micro_rollout_batch_size
+    if batches < _world(c, "actor"):
+        yield (f"--rollout_batch_size {c.rollout_batch_size} * --n_samples_per_prompt {c.n_samples_per_prompt}"
+               f" // --micro_rollout_batch_size {c.micro_rollout_batch_size} = {batches} micro rollout batches"
+               f" is fewer than the {_world_text(c, 'actor')}: every actor rank needs at least one")  # fmt: skip
+
+
+@_rule("max_samples", "rollout_batch_size")
+def _enough_samples(c: TrainerConfig) -> Iterator[str]:
+    if c.max_samples < c.rollout_batch_size:
+        yield (f"--max_samples {c.max_samples} < --rollout_batch_size {c.rollout_batch_size}: an episode would "
+               "hold no complete rollout batch (the last partial batch is dropped)")  # fmt: skip
+
+
+# --- algorithm ------------------------------------------------------------------------------------------
+@_rule("advantage_estimator", "n_samples_per_prompt")
+def _groups_need_samples(c: TrainerConfig) -> Iterator[str]:
+    if c.advantage_estimator in GROUP_ESTIMATORS and c.n_samples_per_prompt < 2:
+        yield (
+            f"--advantage_estimator {c.advantage_estimator} requires --n_samples_per_prompt > 1 (got "
+            f"{c.n_samples_per_prompt}): its baseline comes from the other samples of the same prompt"
+        )
+
+
+@_rule("advantage_estimator", "critic_pretrain", "pretrain")
+def _critic(c: TrainerConfig) -> Iterator[str]:
+    if c.advantage_estimator == "gae" and not c.critic_pretrain:
+        yield (
+            "--advantage_estimator gae requires a critic: give --critic_pretrain (it defaults to "
+            "--pretrain, which is missing)"
+        )
+    elif c.advantage_estimator != "gae" and c.critic_pretrain:
+        yield (
+            f"--critic_pretrain {c.critic_pretrain} is only used by --advantage_estimator gae; "
+            f"{c.advantage_estimator} has no critic (drop the flag)"
+        )
+
+
+@_rule("advantage_estimator", "gamma")
+def _gamma_only_for_gae(c: TrainerConfig) -> Iterator[str]:
+    if c.advantage_estimator != "gae" and c.gamma != 1.0:
+        yield (
+            f"--gamma {c.gamma:g} with --advantage_estimator {c.advantage_estimator}: sequence-level "
+            "estimators use gamma = 1 (OpenRLHF silently resets it); drop --gamma or use gae"
+        )
+
+
+@_rule("use_kl_loss", "init_kl_coef")
+def _kl_loss_needs_coef(c: TrainerConfig) -> Iterator[str]:
+    if c.use_kl_loss and c.init_kl_coef <= 0:
+        yield (
+            f"--use_kl_loss with --init_kl_coef {c.init_kl_coef:g}: the KL loss weight is init_kl_coef and "
+            "0 disables the reference model; set --init_kl_coef > 0"
+        )
+
+
+# --- placement and rollout engine --------------------------------------------------------------------------
+@_rule("colocate_all_models", "rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size",
+       "actor_num_nodes", "actor_num_gpus_per_node")  # fmt: skip
+def _colocated_vllm(c: TrainerConfig) -> Iterator[str]:
+    if not (c.colocate_all_models and c.rollout_backend == "vllm" and c.vllm_num_engines):
+        return
+    vllm = c.vllm_num_engines * c.vllm_tensor_parallel_size
+    if vllm != _world(c, "actor"):
+        yield (
+            f"--colocate_all_models requires --vllm_num_engines {c.vllm_num_engines} * "
+            f"--vllm_tensor_parallel_size {c.vllm_tensor_parallel_size} = {vllm} vLLM GPUs to equal the "
+            f"{_world_text(c, 'actor')}"
+        )
+
+
+@_rule("colocate_all_models", "init_kl_coef", "advantage_estimator", "actor_num_nodes",
+       "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node", "critic_num_nodes",
+       "critic_num_gpus_per_node")  # fmt: skip
+def _colocated_placement(c: TrainerConfig) -> Iterator[str]:
+    if not c.colocate_all_models:
+        return
+    actor = (c.actor_num_nodes, c.actor_num_gpus_per_node)
+    roles = [("ref", c.init_kl_coef > 0), ("critic", c.advantage_estimator == "gae")]
+    for role, present in roles:
+        placement = (getattr(c, f"{role}_num_nodes"), getattr(c, f"{role}_num_gpus_per_node"))
+        if present and placement != actor:
+            yield (f"--colocate_all_models requires the {role} placement to equal the actor's: "
+                   f"--{role}_num_nodes {placement[0]} x --{role}_num_gpus_per_node {placement[1]} != "
+                   f"--actor_num_nodes {actor[0]} x --actor_num_gpus_per_node {actor[1]}")  # fmt: skip
+
+
+@_rule("rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size", "vllm_enable_sleep",
+       "enable_prefix_caching", "enforce_eager", "colocate_all_models")  # fmt: skip
+def _rollout_backend(c: TrainerConfig) -> Iterator[str]:
+    if c.rollout_backend == "vllm":
+        if c.vllm_num_engines == 0:
+            yield (
+                "--vllm_num_engines 0 with --rollout_backend vllm: need at least 1 engine "
+                "(for HF generate() rollouts use --rollout_backend hf)"
+            )
+        if c.vllm_enable_sleep and not c.colocate_all_models:
+            yield (
+                "--vllm_enable_sleep only applies with --colocate_all_models (OpenRLHF silently turns it "
+                "off): add --colocate_all_models or drop --vllm_enable_sleep"
+            )
+        return
+    if c.vllm_num_engines:
+        yield f"--vllm_num_engines {c.vllm_num_engines} with --rollout_backend hf: vLLM is not used"
+    if c.vllm_tensor_parallel_size != 1:
+        yield (
+            f"--vllm_tensor_parallel_size {c.vllm_tensor_parallel_size} with --rollout_backend hf: "
+            "vLLM is not used"
+        )
+    for switch in ("vllm_enable_sleep", "enable_prefix_caching", "enforce_eager"):
+        if getattr(c, switch):
+            yield f"--{switch} with --rollout_backend hf: vLLM is not used (drop the flag)"
+
+
+# --- data, checkpoints, logging ---------------------------------------------------------------------------
+@_rule("input_template", "apply_chat_template")
+def _input_template(c: TrainerConfig) -> Iterator[str]:
+    if c.input_template is None:
+        return
+    if "{}" not in c.input_template:
+        yield f"--input_template {c.input_template!r}: must contain '{{}}' where the prompt goes"
+    if c.apply_chat_template:
+        yield "--input_template and --apply_chat_template both given: the template would be ignored"
+
+
+@_rule("save_steps")
+def _save_steps(c: TrainerConfig) -> Iterator[str]:
+    if c.save_steps == 0 or c.save_steps < -1:
+        yield f"--save_steps {c.save_steps}: expected -1 (no checkpoints during training) or >= 1"
+
+
+@_rule("save_path", "ckpt_path", "input_key", "wandb_project")
+def _non_empty(c: TrainerConfig) -> Iterator[str]:
+    for name in ("save_path", "ckpt_path", "input_key", "wandb_project"):
+        if not getattr(c, name):
+            yield f"--{name} is empty: expected a non-empty string"

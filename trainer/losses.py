@@ -1,0 +1,189 @@
+"""Masked reductions, KL estimators, PPO losses and token log-probabilities (pure torch).
+
+Shapes follow :mod:`trainer.algorithms`: token tensors ``[B, T]``, ``action_mask`` 1 on real response
+tokens and 0 on padding. All functions are importable from ``trainer.algorithms`` too.
+
+Loss reduction: ``"token"`` (default) is the mean over all valid tokens of the batch (OpenRLHF's
+token-level loss); ``"sequence"`` is the mean over sequences of each sequence's token mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+
+Reduction = Literal["token", "sequence"]
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``sum(x * mask)`` over ``dim`` (all elements if ``None``)."""
+    prod = x * mask.to(x.dtype)
+    return prod.sum() if dim is None else prod.sum(dim=dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``sum(x * mask) / sum(mask)`` over ``dim`` (all elements if ``None``).
+
+    Padding values never leak in, even if they are inf/nan-free garbage; an all-masked slice gives 0
+    (the denominator is clamped to 1e-8) instead of nan.
+    """
+    mask = mask.to(x.dtype)
+    denom = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(x, mask, dim) / denom.clamp_min(1e-8)
+
+
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
+    """Whiten the valid entries: ``(x - m) / sqrt(max(v, eps))`` with ``m = masked_mean(x)`` and
+    ``v = masked_mean((x - m)^2)`` (population variance over all valid tokens of the batch, as
+    OpenRLHF's replay-buffer normalisation). ``shift_mean=False`` adds ``m`` back (scale only).
+    Padding positions are set to 0.
+    """
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    out = (x - mean) * torch.rsqrt(var.clamp_min(eps))
+    if not shift_mean:
+        out = out + mean
+    return out * mask.to(x.dtype)
+
+
+def _log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
+    log_ratio = logp.float() - ref_logp.float()
+    return log_ratio if action_mask is None else log_ratio * action_mask.to(log_ratio.dtype)
+
+
+def kl_k1(
+    logp: torch.Tensor, ref_logp: torch.Tensor, action_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """k1 = log r, with ``log r = logp - ref_logp`` (unbiased estimate of KL(pi || ref), high variance).
+    Masked positions are 0."""
+    return _log_ratio(logp, ref_logp, action_mask)
+
+
+def kl_k2(
+    logp: torch.Tensor, ref_logp: torch.Tensor, action_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """k2 = (log r)^2 / 2 (biased, low variance; its gradient equals k1's gradient as a loss)."""
+    return _log_ratio(logp, ref_logp, action_mask) ** 2 / 2
+
+
+def kl_k3(
+    logp: torch.Tensor, ref_logp: torch.Tensor, action_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """k3 = exp(-log r) - 1 + log r (unbiased, non-negative; the GRPO KL loss), clamped to [-10, 10]
+    as OpenRLHF does against overflow."""
+    log_ratio = _log_ratio(logp, ref_logp, action_mask)
+    return (torch.exp(-log_ratio) - 1 + log_ratio).clamp(min=-10, max=10)
+
+
+KL_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+def compute_kl(
+    logp: torch.Tensor, ref_logp: torch.Tensor, action_mask: torch.Tensor | None = None, estimator: str = "k1"
+) -> torch.Tensor:
+    """Per-token KL ``[B, T]`` with the estimator named by ``--kl_estimator``."""
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown KL estimator {estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS[estimator](logp, ref_logp, action_mask)
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+    if reduction == "token":
+        return masked_mean(x, mask)
+    if reduction == "sequence":
+        return masked_mean(x, mask, dim=-1).mean()
+    raise ValueError(f"unknown reduction {reduction!r}; expected 'token' or 'sequence'")
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    action_mask: torch.Tensor,
+    eps_clip: float,
+    reduction: Reduction = "token",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate. With ``ratio = exp(logp - old_logp)``::
+
+        loss_t = -min(ratio * A, clip(ratio, 1 - eps_clip, 1 + eps_clip) * A)
+
+    reduced over valid tokens. Returns ``(loss, clip_frac)``; ``clip_frac`` is the fraction of valid
+    tokens where the clipped term is strictly the smaller one, i.e. where clipping removes the gradient.
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - eps_clip, 1 + eps_clip) * advantages
+    loss = -torch.min(unclipped, clipped)
+    clip_frac = masked_mean((clipped < unclipped).to(loss.dtype), action_mask).detach()
+    return _reduce(loss, action_mask, reduction), clip_frac
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    action_mask: torch.Tensor,
+    value_clip: float | None,
+    reduction: Reduction = "token",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Critic loss (OpenRLHF ``ValueLoss``), reduced over valid tokens::
+
+        clipped V  = old_V + clip(V - old_V, -value_clip, value_clip)
+        loss_t     = 0.5 * max((V - R)^2, (clipped V - R)^2)      if value_clip is not None
+        loss_t     = 0.5 * (V - R)^2                               otherwise
+
+    Returns ``(loss, clip_frac)``; ``clip_frac`` is the fraction of valid tokens where the clipped error
+    is strictly the larger one (0 without clipping).
+    """
+    unclipped = (values - returns) ** 2
+    if value_clip is None:
+        loss, clip_frac = unclipped, torch.zeros((), dtype=values.dtype, device=values.device)
+    else:
+        clipped_values = old_values + (values - old_values).clamp(-value_clip, value_clip)
+        clipped = (clipped_values - returns) ** 2
+        loss = torch.max(unclipped, clipped)
+        clip_frac = masked_mean((clipped > unclipped).to(values.dtype), action_mask).detach()
+    return 0.5 * _reduce(loss, action_mask, reduction), clip_frac
+
+
+def kl_loss(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    action_mask: torch.Tensor,
+    estimator: str = "k3",
+    reduction: Reduction = "token",
+) -> torch.Tensor:
+    """KL penalty as a loss (``--use_kl_loss``): the reduced per-token KL estimate. The trainer adds
+    ``init_kl_coef * kl_loss`` to the policy loss and then puts no KL into the rewards."""
+    return _reduce(compute_kl(logp, ref_logp, action_mask, estimator), action_mask, reduction)
+
+
+def log_probs_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0, chunk_size: int = 1024
+) -> torch.Tensor:
+    """``log softmax(logits / temperature)[label]`` per position, in float32.
+
+    ``logits`` ``[..., V]``, ``labels`` ``[...]`` (token ids, e.g. the input ids shifted by one). Computed
+    as ``logit[label] - logsumexp(logits)`` on chunks of ``chunk_size`` positions, so only a
+    ``[chunk_size, V]`` float32 buffer is materialised at a time (never a full ``[B, T, V]`` float32
+    log-softmax), and the max-shifted logsumexp keeps it stable for large logits and in bf16.
+    Differentiable. Use the sampling temperature so that the log-probs match the rollout policy.
+    """
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} disagree")
+    flat_logits = logits.reshape(-1, logits.size(-1))
+    flat_labels = labels.reshape(-1, 1)
+    pieces = []
+    for start in range(0, flat_logits.size(0), chunk_size):
+        chunk = flat_logits[start : start + chunk_size].float()
+        if temperature != 1.0:
+            chunk = chunk / temperature
+        picked = chunk.gather(-1, flat_labels[start : start + chunk_size]).squeeze(-1)
+        pieces.append(picked - torch.logsumexp(chunk, dim=-1))
+    if not pieces:
+        return torch.zeros(labels.shape, dtype=torch.float32, device=logits.device)
+    return torch.cat(pieces).view(labels.shape)
