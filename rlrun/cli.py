@@ -83,7 +83,8 @@ def _playbook(obj: Context, name: str, verbose: bool, action: str) -> None:
         if not verbose:
             err_console.print(f"  {task}", style="dim", highlight=False)
 
-    result = run_playbook(name, obj.inventory, verbose=verbose, progress=progress)
+    result = run_playbook(name, obj.inventory, verbose=verbose, progress=progress,
+                          vault_password_file=obj.vault_password_file)
     _print_run(result, action)
     if result.rc != 0:
         raise RlrunError(f"`rlrun {action}` failed on {sorted(h for h, r in result.hosts.items() if r.failed or r.unreachable)} "

@@ -36,7 +36,7 @@ class RunResult:
 
 
 def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: dict | None = None,
-                 progress=None) -> RunResult:
+                 progress=None, vault_password_file: str | None = None) -> RunResult:
     """Run playbook `name` (up | down | status) against `inventory`."""
     import ansible_runner
 
@@ -66,6 +66,7 @@ def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: d
             envvars={"ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
                      "ANSIBLE_ROLES_PATH": str(PROJECT_DIR / "roles"),
                      "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+            cmdline=f"--vault-password-file {Path(vault_password_file).resolve()}" if vault_password_file else None,
             quiet=not verbose,
             event_handler=on_event,
         )

@@ -1,0 +1,75 @@
+"""Shared helpers: the project's paths and a throwaway cluster inventory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def ansible_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["ANSIBLE_CONFIG"] = str(PROJECT / "ansible.cfg")
+    env["ANSIBLE_ROLES_PATH"] = str(PROJECT / "roles")
+    env["ANSIBLE_NOCOLOR"] = "1"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return env
+
+
+def playbook(inventory: Path, path: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run one of the project's playbooks against `inventory`; output captured as text."""
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(PROJECT / path), *args],
+                          capture_output=True, text=True, env=ansible_env(), timeout=timeout, cwd=PROJECT)
+
+
+def rlrun(inventory: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "rlrun"), "-i", str(inventory), *args], capture_output=True, text=True,
+                          env=ansible_env(), timeout=timeout, cwd=PROJECT)
+
+
+def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_extra: dict | None = None,
+                    group_vars: dict | None = None, heads: list[str] | None = None,
+                    workers: dict | None = None) -> Path:
+    """A one-node (by default) local inventory for cluster `name` on ports base_port.. ."""
+    heads = heads or ["localhost"]
+    head_hosts = {h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                      "rlrun__node_address": address, **(hosts_extra or {})} for h in heads}
+    inv = {"all": {"children": {"ray_cluster": {"children": {
+        "ray_head": {"hosts": head_hosts},
+        "ray_workers": {"hosts": workers or {}}}}}}}
+    p = base_port
+    gv = {
+        "rlrun__cluster_name": name,
+        "rlrun__venv": sys.prefix,
+        "rlrun__state_dir": f"{root}/state/{{{{ inventory_hostname }}}}",
+        "python_stack__project_install": "editable",
+        "python_stack__project_src": str(PROJECT),
+        "ray_node__num_cpus": 1, "ray_node__num_gpus": 0, "ray_node__object_store_memory": 300_000_000,
+        "ray_node__gcs_port": p, "ray_node__dashboard_port": p + 1, "ray_node__client_server_port": p + 2,
+        "ray_node__node_manager_port": p + 10, "ray_node__object_manager_port": p + 11,
+        "ray_node__dashboard_agent_listen_port": p + 12, "ray_node__dashboard_agent_grpc_port": p + 13,
+        "ray_node__runtime_env_agent_port": p + 14, "ray_node__metrics_export_port": p + 15,
+        "ray_node__min_worker_port": p + 100, "ray_node__max_worker_port": p + 399,
+        "ray_node__temp_dir": f"/tmp/rlrun-{os.getuid()}/{name}-{{{{ inventory_hostname }}}}",
+        "accel_env__vendor": "cpu", "accel_env__gloo_socket_ifname": "lo",
+        "rlrun__expected_nodes": None, "rlrun__expected_gpus": None,
+        **(group_vars or {}),
+    }
+    inv_dir = root / "inventory"
+    (inv_dir / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (inv_dir / "hosts.yml").write_text(yaml.safe_dump(inv, sort_keys=False))
+    (inv_dir / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump(gv, sort_keys=False))
+    return inv_dir
+
+
+@pytest.fixture
+def project() -> Path:
+    return PROJECT

@@ -1,0 +1,194 @@
+"""The whole foundation on this machine, against a cluster of its own (name, ports, dirs):
+up -> idempotent re-run -> token enforced -> jobs -> supervisor restart -> teardown that
+leaves a second, hand-started cluster running."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
+
+pytestmark = pytest.mark.integration
+
+ADDRESS = "127.0.0.4"
+PORT = 8600
+NAME = "pytest"
+
+
+def _recap_changed(output: str) -> int:
+    match = re.search(r"localhost\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", output)
+    assert match, output[-3000:]
+    return int(match.group(1))
+
+
+def _alive(url: str, token: str | None) -> bool:
+    try:
+        r = requests.get(f"{url}/api/v0/nodes", headers={"Authorization": f"Bearer {token}"} if token else {},
+                         timeout=5)
+        return r.status_code == 200 and any(n["state"] == "ALIVE" for n in r.json()["data"]["result"]["result"])
+    except requests.RequestException:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    inv = write_inventory(root, NAME, ADDRESS, PORT)
+    up = playbook(inv, "site.yml")
+    state = root / "state" / "localhost"
+    info = {"inv": inv, "root": root, "state": state, "up": up,
+            "pidfile": state / "service" / f"rlrun-{NAME}-ray-head.pid",
+            "url": f"http://{ADDRESS}:{PORT + 1}"}
+    yield info
+    playbook(inv, "playbooks/teardown.yml")
+
+
+def test_up_brings_the_node_alive(cluster):
+    assert cluster["up"].returncode == 0, cluster["up"].stdout[-4000:]
+    assert "1 nodes alive, 1 CPUs, 0 GPUs" in cluster["up"].stdout
+    token = (cluster["state"] / "auth_token").read_text()
+    assert _alive(cluster["url"], token)
+
+
+def test_token_files_are_private_and_never_printed(cluster):
+    token = (cluster["state"] / "auth_token").read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    assert (cluster["state"] / "auth_token").stat().st_mode & 0o777 == 0o600
+    store = cluster["inv"] / ".secrets" / f"{NAME}-ray.token"
+    assert store.read_text().strip() == token and store.stat().st_mode & 0o777 == 0o600
+    assert token not in cluster["up"].stdout + cluster["up"].stderr
+
+
+def test_second_run_changes_nothing_and_keeps_the_pid(cluster):
+    pid = cluster["pidfile"].read_text().strip()
+    again = playbook(cluster["inv"], "site.yml")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert _recap_changed(again.stdout) == 0, again.stdout[-5000:]
+    assert cluster["pidfile"].read_text().strip() == pid
+
+
+def test_jobs_api_refuses_requests_without_the_right_token(cluster):
+    assert requests.get(f"{cluster['url']}/api/jobs/", timeout=5).status_code == 401
+    bad = {"Authorization": "Bearer " + "0" * 64}
+    assert requests.get(f"{cluster['url']}/api/jobs/", headers=bad, timeout=5).status_code == 403
+
+
+def test_submit_follow_prints_the_output_and_exits_zero(cluster):
+    result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c", "print(6*7)")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "42" in result.stdout.split()
+    assert "SUCCEEDED" in result.stderr
+
+
+def test_failing_entrypoint_makes_submit_fail(cluster):
+    result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--",
+                   "python", "-c", "import sys; sys.exit(3)")
+    assert result.returncode == 1
+    assert "FAILED" in result.stderr
+
+
+def test_submit_uploads_the_working_dir_without_excluded_parts(cluster, tmp_path):
+    (tmp_path / "job.py").write_text("import os; print(sorted(os.listdir('.')))\n")
+    (tmp_path / "ckpts").mkdir()
+    (tmp_path / "ckpts" / "big.bin").write_bytes(b"0" * 1000)
+    result = rlrun(cluster["inv"], "submit", "--follow", "--working-dir", str(tmp_path), "--", "python", "job.py")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "['job.py']" in result.stdout
+
+
+def test_list_status_logs_and_unknown_job(cluster):
+    sub = rlrun(cluster["inv"], "submit", "--no-working-dir", "--submission-id", "pytest-logs", "--",
+                "python", "-c", "print('hello-logs')")
+    assert sub.returncode == 0 and sub.stdout.strip() == "pytest-logs"
+    assert "rlrun" in sub.stderr and "logs -f pytest-logs" in sub.stderr
+    deadline = time.time() + 60
+    while time.time() < deadline and "SUCCEEDED" not in rlrun(cluster["inv"], "status", "pytest-logs").stdout:
+        time.sleep(1)
+    assert "hello-logs" in rlrun(cluster["inv"], "logs", "pytest-logs").stdout
+    listed = rlrun(cluster["inv"], "list", "--json")
+    assert any(j["job_id"] == "pytest-logs" and j["status"] == "SUCCEEDED"
+               for j in __import__("json").loads(listed.stdout))
+    unknown = rlrun(cluster["inv"], "status", "no-such-job")
+    assert unknown.returncode == 1
+    assert "no job 'no-such-job'" in unknown.stderr
+
+
+def test_wrong_token_and_unreachable_cluster_are_one_clear_line(cluster, tmp_path):
+    wrong = write_inventory(tmp_path / "w", NAME, ADDRESS, PORT, group_vars={"ray_node__auth_token": "1" * 64})
+    result = rlrun(wrong, "list")
+    assert result.returncode == 1
+    assert "refused the token" in result.stderr and "Traceback" not in result.stderr
+    away = write_inventory(tmp_path / "u", NAME, ADDRESS, PORT + 50, group_vars={"ray_node__auth_token": "1" * 64})
+    result = rlrun(away, "list")
+    assert result.returncode == 1
+    assert f"cannot reach the Ray Jobs API at http://{ADDRESS}:{PORT + 51}" in result.stderr
+
+
+def test_supervisor_restarts_a_killed_node(cluster):
+    token = (cluster["state"] / "auth_token").read_text()
+    supervisor = int(cluster["pidfile"].read_text())
+    child = int(subprocess.run(["ps", "-o", "pid=", "--ppid", str(supervisor)], capture_output=True,
+                               text=True).stdout.split()[0])
+    os.kill(child, signal.SIGKILL)
+    time.sleep(2)
+    deadline = time.time() + 120
+    while time.time() < deadline and not _alive(cluster["url"], token):
+        time.sleep(2)
+    assert _alive(cluster["url"], token), (cluster["state"] / "service" / f"rlrun-{NAME}-ray-head.log").read_text()[-3000:]
+    assert int(cluster["pidfile"].read_text()) == supervisor
+
+
+def _hand_started_cluster(root: Path, token_file: Path) -> subprocess.Popen:
+    env = {**ansible_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file), "HOME": str(root)}
+    p = PORT + 200
+    return subprocess.Popen(
+        [str(BIN / "ray"), "start", "--block", "--head", "--node-ip-address", "127.0.0.5", "--port", str(p),
+         "--dashboard-host", "127.0.0.5", "--dashboard-port", str(p + 1), "--ray-client-server-port", str(p + 2),
+         "--node-manager-port", str(p + 10), "--object-manager-port", str(p + 11),
+         "--dashboard-agent-listen-port", str(p + 12), "--dashboard-agent-grpc-port", str(p + 13),
+         "--runtime-env-agent-port", str(p + 14), "--metrics-export-port", str(p + 15),
+         "--min-worker-port", str(p + 100), "--max-worker-port", str(p + 300),
+         "--temp-dir", str(root / "handtmp"), "--num-cpus", "1", "--object-store-memory", "200000000",
+         "--disable-usage-stats"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_teardown_stops_this_cluster_only(cluster, tmp_path_factory):
+    root = Path(f"/tmp/rlrun-hand-{os.getpid()}")
+    root.mkdir(mode=0o700, exist_ok=True)
+    token_file = root / "token"
+    token_file.write_text("ef" * 32)
+    token_file.chmod(0o600)
+    hand = _hand_started_cluster(root, token_file)
+    hand_url = f"http://127.0.0.5:{PORT + 201}"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and not _alive(hand_url, "ef" * 32):
+            time.sleep(1)
+        assert _alive(hand_url, "ef" * 32), "hand-started cluster did not come up"
+
+        down = playbook(cluster["inv"], "playbooks/teardown.yml")
+        assert down.returncode == 0, down.stdout[-3000:]
+        assert not cluster["pidfile"].exists()
+        left = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+        assert f"/tmp/rlrun-{os.getuid()}/{NAME}-localhost" not in left
+        assert not _alive(cluster["url"], None) and requests.get  # our dashboard is gone
+        status = rlrun(cluster["inv"], "status")
+        assert status.returncode == 1
+
+        assert hand.poll() is None and _alive(hand_url, "ef" * 32)
+    finally:
+        os.killpg(hand.pid, signal.SIGTERM)
+        try:
+            hand.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(hand.pid, signal.SIGKILL)
+        subprocess.run(["rm", "-rf", str(root)], check=False)

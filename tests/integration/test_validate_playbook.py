@@ -1,0 +1,45 @@
+"""playbooks/validate.yml refuses bad inventories before touching a host, naming variable and value."""
+
+import pytest
+
+from tests.conftest import playbook, write_inventory
+
+pytestmark = pytest.mark.integration
+
+CASES = [
+    ("two heads", dict(heads=["a", "b"]), r"group ray_head = \['a', 'b'\] must hold exactly one host"),
+    ("head is also worker", dict(workers={"localhost": {}}), r"\['localhost'\] are in both ray_head and ray_workers"),
+    ("duplicate address", dict(workers={"w1": {"rlrun__node_address": "127.0.0.9"}}),
+     r"node addresses .* must be unique"),
+    ("boolean as string", dict(group_vars={"ray_node__auth_enabled": "false"}),
+     r"ray_node__auth_enabled = 'false' \(expected False\)"),
+    ("port collision", dict(group_vars={"ray_node__dashboard_port": 9310}),
+     r"ray_node__dashboard_port = 9310 is also used by ray_node__node_manager_port"),
+    ("port in worker range", dict(group_vars={"ray_node__metrics_export_port": 9450}),
+     r"ray_node__metrics_export_port = 9450 lies inside the worker port range 9400-9699"),
+    ("port not a number", dict(group_vars={"ray_node__gcs_port": "eighty"}),
+     r"ray_node__gcs_port = eighty is not a port number"),
+    ("port out of range", dict(group_vars={"ray_node__client_server_port": 70000}),
+     r"ray_node__client_server_port = 70000 is not a port number between 1024 and 65535"),
+    ("tiny worker range", dict(group_vars={"ray_node__max_worker_port": 9420}),
+     r"must span at least 100 ports"),
+    ("address not an IP", dict(hosts_extra={"rlrun__node_address": "head.example"}),
+     r"ray_node__node_address = 'head.example' must be an IPv4 address"),
+]
+
+
+@pytest.mark.parametrize("label,kwargs,message", CASES, ids=[c[0] for c in CASES])
+def test_bad_inventory_is_refused_with_the_variable_named(tmp_path, label, kwargs, message):
+    inv = write_inventory(tmp_path, "val", "127.0.0.9", 9300, **kwargs)
+    result = playbook(inv, "playbooks/validate.yml", timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, f"{label}: validate passed\n{out[-2000:]}"
+    import re
+
+    assert re.search(message, " ".join(out.split())), f"{label}: message not found\n{out[-3000:]}"
+
+
+def test_good_inventory_passes(tmp_path):
+    inv = write_inventory(tmp_path, "val", "127.0.0.9", 9300)
+    result = playbook(inv, "playbooks/validate.yml", timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]

@@ -1,0 +1,69 @@
+"""rlrun reads the cluster's address and token from the inventory, or says clearly why not."""
+
+
+import pytest
+import yaml
+
+from rlrun.errors import RlrunError
+from rlrun.inventory import load_cluster
+from tests.conftest import PROJECT, write_inventory
+
+
+def test_embedded_inventory_describes_the_one_machine_cluster():
+    cluster = load_cluster(PROJECT / "inventory")
+    assert cluster.head == "localhost"
+    assert cluster.dashboard_url == "http://127.0.0.2:8101"
+    assert cluster.auth_enabled
+    assert cluster.token_store == PROJECT / "inventory" / ".secrets" / "local-ray.token"
+    assert cluster.nodes == ["localhost"]
+
+
+def test_ports_and_names_come_from_the_inventory(tmp_path):
+    inv = write_inventory(tmp_path, "alpha", "127.0.0.9", 9300)
+    cluster = load_cluster(inv)
+    assert cluster.name == "alpha"
+    assert cluster.dashboard_url == "http://127.0.0.9:9301"
+    assert cluster.token_store == inv / ".secrets" / "alpha-ray.token"
+
+
+def test_token_read_from_the_controllers_token_file(tmp_path):
+    inv = write_inventory(tmp_path, "beta", "127.0.0.9", 9300)
+    (inv / ".secrets").mkdir()
+    (inv / ".secrets" / "beta-ray.token").write_text("ab" * 32 + "\n")
+    assert load_cluster(inv).token == "ab" * 32
+
+
+def test_explicit_token_wins(tmp_path):
+    inv = write_inventory(tmp_path, "gamma", "127.0.0.9", 9300, group_vars={"ray_node__auth_token": "cd" * 32})
+    assert load_cluster(inv).token == "cd" * 32
+
+
+def test_missing_token_file_says_to_provision(tmp_path):
+    inv = write_inventory(tmp_path, "delta", "127.0.0.9", 9300)
+    with pytest.raises(RlrunError, match=r"no cluster token at .*delta-ray.token.*rlrun up"):
+        _ = load_cluster(inv).token
+
+
+def test_auth_off_needs_no_token(tmp_path):
+    inv = write_inventory(tmp_path, "eps", "127.0.0.9", 9300, group_vars={"ray_node__auth_enabled": False})
+    assert load_cluster(inv).token is None
+
+
+def test_missing_inventory_is_named(tmp_path):
+    with pytest.raises(RlrunError, match=r"inventory .*nope does not exist"):
+        load_cluster(tmp_path / "nope")
+
+
+def test_two_heads_refused(tmp_path):
+    inv = write_inventory(tmp_path, "zeta", "127.0.0.9", 9300, heads=["a", "b"])
+    with pytest.raises(RlrunError, match=r"ray_head must hold exactly one host, found \['a', 'b'\]"):
+        load_cluster(inv)
+
+
+def test_seed_example_inventory_is_not_loaded_by_default():
+    # The two-node example lives outside inventory/: `-i inventory` never sees gpu005.
+    hosts = yaml.safe_load((PROJECT / "inventory" / "hosts.yml").read_text())
+    assert "gpu005" not in str(hosts)
+    seed = load_cluster(PROJECT / "examples" / "inventories" / "seed-2node")
+    assert seed.head == "gpu005" and seed.nodes == ["gpu004", "gpu005"]
+    assert seed.dashboard_url.endswith(":8101")
