@@ -32,7 +32,7 @@ status: venv
 test: venv lint pytest molecule
 
 lint: venv
-	ruff check rlrun trainer tests bench
+	ruff check .
 	yamllint -s .
 	ansible-lint --profile production --offline
 
