@@ -31,9 +31,12 @@ def _recap_changed(output: str) -> int:
 
 def _alive(url: str, token: str | None) -> bool:
     try:
-        r = requests.get(f"{url}/api/v0/nodes", headers={"Authorization": f"Bearer {token}"} if token else {},
-                         timeout=5)
-        return r.status_code == 200 and any(n["state"] == "ALIVE" for n in r.json()["data"]["result"]["result"])
+        r = requests.get(
+            f"{url}/api/v0/nodes", headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=5
+        )
+        return r.status_code == 200 and any(
+            n["state"] == "ALIVE" for n in r.json()["data"]["result"]["result"]
+        )
     except requests.RequestException:
         return False
 
@@ -44,9 +47,14 @@ def cluster(tmp_path_factory):
     inv = write_inventory(root, NAME, ADDRESS, PORT)
     up = playbook(inv, "site.yml")
     state = root / "state" / "localhost"
-    info = {"inv": inv, "root": root, "state": state, "up": up,
-            "pidfile": state / "service" / f"rlrun-{NAME}-ray-head.pid",
-            "url": f"http://{ADDRESS}:{PORT + 1}"}
+    info = {
+        "inv": inv,
+        "root": root,
+        "state": state,
+        "up": up,
+        "pidfile": state / "service" / f"rlrun-{NAME}-ray-head.pid",
+        "url": f"http://{ADDRESS}:{PORT + 1}",
+    }
     yield info
     playbook(inv, "playbooks/teardown.yml")
 
@@ -82,15 +90,25 @@ def test_jobs_api_refuses_requests_without_the_right_token(cluster):
 
 
 def test_submit_follow_prints_the_output_and_exits_zero(cluster):
-    result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c", "print(6*7)")
+    result = rlrun(
+        cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c", "print(6*7)"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "42" in result.stdout.split()
     assert "SUCCEEDED" in result.stderr
 
 
 def test_failing_entrypoint_makes_submit_fail(cluster):
-    result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--",
-                   "python", "-c", "import sys; sys.exit(3)")
+    result = rlrun(
+        cluster["inv"],
+        "submit",
+        "--follow",
+        "--no-working-dir",
+        "--",
+        "python",
+        "-c",
+        "import sys; sys.exit(3)",
+    )
     assert result.returncode == 1
     assert "FAILED" in result.stderr
 
@@ -99,14 +117,25 @@ def test_submit_uploads_the_working_dir_without_excluded_parts(cluster, tmp_path
     (tmp_path / "job.py").write_text("import os; print(sorted(os.listdir('.')))\n")
     (tmp_path / "ckpts").mkdir()
     (tmp_path / "ckpts" / "big.bin").write_bytes(b"0" * 1000)
-    result = rlrun(cluster["inv"], "submit", "--follow", "--working-dir", str(tmp_path), "--", "python", "job.py")
+    result = rlrun(
+        cluster["inv"], "submit", "--follow", "--working-dir", str(tmp_path), "--", "python", "job.py"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "['job.py']" in result.stdout
 
 
 def test_list_status_logs_and_unknown_job(cluster):
-    sub = rlrun(cluster["inv"], "submit", "--no-working-dir", "--submission-id", "pytest-logs", "--",
-                "python", "-c", "print('hello-logs')")
+    sub = rlrun(
+        cluster["inv"],
+        "submit",
+        "--no-working-dir",
+        "--submission-id",
+        "pytest-logs",
+        "--",
+        "python",
+        "-c",
+        "print('hello-logs')",
+    )
     assert sub.returncode == 0 and sub.stdout.strip() == "pytest-logs"
     assert "rlrun" in sub.stderr and "logs -f pytest-logs" in sub.stderr
     deadline = time.time() + 60
@@ -114,51 +143,113 @@ def test_list_status_logs_and_unknown_job(cluster):
         time.sleep(1)
     assert "hello-logs" in rlrun(cluster["inv"], "logs", "pytest-logs").stdout
     listed = rlrun(cluster["inv"], "list", "--json")
-    assert any(j["job_id"] == "pytest-logs" and j["status"] == "SUCCEEDED"
-               for j in __import__("json").loads(listed.stdout))
+    assert any(
+        j["job_id"] == "pytest-logs" and j["status"] == "SUCCEEDED"
+        for j in __import__("json").loads(listed.stdout)
+    )
     unknown = rlrun(cluster["inv"], "status", "no-such-job")
     assert unknown.returncode == 1
     assert "no job 'no-such-job'" in unknown.stderr
 
 
 def test_wrong_token_and_unreachable_cluster_are_one_clear_line(cluster, tmp_path):
-    wrong = write_inventory(tmp_path / "w", NAME, ADDRESS, PORT, group_vars={"ray_node__auth_token": "1" * 64})
+    wrong = write_inventory(
+        tmp_path / "w", NAME, ADDRESS, PORT, group_vars={"ray_node__auth_token": "1" * 64}
+    )
     result = rlrun(wrong, "list")
     assert result.returncode == 1
     assert "refused the token" in result.stderr and "Traceback" not in result.stderr
-    away = write_inventory(tmp_path / "u", NAME, ADDRESS, PORT + 50, group_vars={"ray_node__auth_token": "1" * 64})
+    away = write_inventory(
+        tmp_path / "u", NAME, ADDRESS, PORT + 50, group_vars={"ray_node__auth_token": "1" * 64}
+    )
     result = rlrun(away, "list")
     assert result.returncode == 1
     assert f"cannot reach the Ray Jobs API at http://{ADDRESS}:{PORT + 51}" in result.stderr
 
 
+def test_rerun_after_jobs_changes_nothing_and_keeps_dirs_private(cluster):
+    pid = cluster["pidfile"].read_text().strip()
+    again = playbook(cluster["inv"], "site.yml")
+    assert _recap_changed(again.stdout) == 0, again.stdout[-5000:]
+    assert cluster["pidfile"].read_text().strip() == pid
+    temp_parent = Path(f"/tmp/rlrun-{os.getuid()}")
+    for private in (temp_parent, cluster["state"], cluster["state"] / "spill"):
+        st = private.stat()
+        assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid(), private
+
+
 def test_supervisor_restarts_a_killed_node(cluster):
     token = (cluster["state"] / "auth_token").read_text()
     supervisor = int(cluster["pidfile"].read_text())
-    child = int(subprocess.run(["ps", "-o", "pid=", "--ppid", str(supervisor)], capture_output=True,
-                               text=True).stdout.split()[0])
+    child = int(
+        subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(supervisor)], capture_output=True, text=True
+        ).stdout.split()[0]
+    )
     os.kill(child, signal.SIGKILL)
     time.sleep(2)
     deadline = time.time() + 120
     while time.time() < deadline and not _alive(cluster["url"], token):
         time.sleep(2)
-    assert _alive(cluster["url"], token), (cluster["state"] / "service" / f"rlrun-{NAME}-ray-head.log").read_text()[-3000:]
+    assert _alive(cluster["url"], token), (
+        cluster["state"] / "service" / f"rlrun-{NAME}-ray-head.log"
+    ).read_text()[-3000:]
     assert int(cluster["pidfile"].read_text()) == supervisor
 
 
 def _hand_started_cluster(root: Path, token_file: Path) -> subprocess.Popen:
-    env = {**ansible_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file), "HOME": str(root)}
+    env = {
+        **ansible_env(),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token_file),
+        "HOME": str(root),
+    }
     p = PORT + 200
     return subprocess.Popen(
-        [str(BIN / "ray"), "start", "--block", "--head", "--node-ip-address", "127.0.0.5", "--port", str(p),
-         "--dashboard-host", "127.0.0.5", "--dashboard-port", str(p + 1), "--ray-client-server-port", str(p + 2),
-         "--node-manager-port", str(p + 10), "--object-manager-port", str(p + 11),
-         "--dashboard-agent-listen-port", str(p + 12), "--dashboard-agent-grpc-port", str(p + 13),
-         "--runtime-env-agent-port", str(p + 14), "--metrics-export-port", str(p + 15),
-         "--min-worker-port", str(p + 100), "--max-worker-port", str(p + 300),
-         "--temp-dir", str(root / "handtmp"), "--num-cpus", "1", "--object-store-memory", "200000000",
-         "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            str(BIN / "ray"),
+            "start",
+            "--block",
+            "--head",
+            "--node-ip-address",
+            "127.0.0.5",
+            "--port",
+            str(p),
+            "--dashboard-host",
+            "127.0.0.5",
+            "--dashboard-port",
+            str(p + 1),
+            "--ray-client-server-port",
+            str(p + 2),
+            "--node-manager-port",
+            str(p + 10),
+            "--object-manager-port",
+            str(p + 11),
+            "--dashboard-agent-listen-port",
+            str(p + 12),
+            "--dashboard-agent-grpc-port",
+            str(p + 13),
+            "--runtime-env-agent-port",
+            str(p + 14),
+            "--metrics-export-port",
+            str(p + 15),
+            "--min-worker-port",
+            str(p + 100),
+            "--max-worker-port",
+            str(p + 300),
+            "--temp-dir",
+            str(root / "handtmp"),
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            "200000000",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def test_teardown_stops_this_cluster_only(cluster, tmp_path_factory):
