@@ -59,11 +59,11 @@ def default_inventory() -> Path:
     return local if local.exists() else PROJECT_DIR / "inventory"
 
 
-def _role_defaults(loader, role: str) -> dict:
-    """A role's defaults, trusted as templates exactly as Ansible trusts them in a play."""
+def _role_vars(loader, role: str, kind: str = "defaults") -> dict:
+    """A role's defaults/ or vars/, trusted as templates exactly as Ansible trusts them in a play."""
     from ansible.template import trust_as_template
 
-    path = PROJECT_DIR / "roles" / role / "defaults" / "main.yml"
+    path = PROJECT_DIR / "roles" / role / kind / "main.yml"
     if not path.exists():
         return {}
     data = loader.load_from_file(str(path)) or {}
@@ -96,20 +96,25 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
             raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
         head = inv.get_host(heads[0])
         varmgr = VariableManager(loader=loader, inventory=inv)
-        hostvars = varmgr.get_vars(host=head, include_hostvars=True)
-        variables = {**_role_defaults(loader, "ray_node"), **_role_defaults(loader, "reward_server"), **hostvars}
+        from ansible.vars.hostvars import HostVars
+
+        hostvars = varmgr.get_vars(host=head)
+        hostvars["hostvars"] = HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
+        # Precedence as in a play: role defaults < inventory < role vars (derived values).
+        variables = {**_role_vars(loader, "ray_node"), **_role_vars(loader, "reward_server"), **hostvars,
+                     **_role_vars(loader, "ray_node", "vars")}
         templar = Templar(loader=loader, variables=variables)
 
         def get(name: str):
             return templar.template(variables[name])
 
         auth = bool(get("ray_node__auth_enabled"))
-        address = get("rlrun__node_address") if "rlrun__node_address" in variables else get("ansible_host")
         cluster = Cluster(
             name=str(get("ray_node__cluster_name")),
             inventory=inv_path,
             head=head.name,
-            dashboard_url=f"http://{address}:{int(get('ray_node__dashboard_port'))}",
+            # The role's own definition, so rlrun and the nodes agree by construction.
+            dashboard_url=str(get("ray_node__dashboard_url")),
             auth_enabled=auth,
             nodes=sorted(inv.get_groups_dict().get("ray_cluster", [])),
         )
