@@ -1,0 +1,262 @@
+"""Run the reward service under gunicorn: ``python -m trainer.reward_server --port 5001 ...``.
+
+The same command is the deployment command (gunicorn is driven programmatically
+through its BaseApplication). The dataset and token are checked in the master
+before any worker starts; each gunicorn worker then builds its own app and
+VerifyPool. Bad arguments print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from gunicorn.app.base import BaseApplication
+
+from trainer.reward.extract import DEFAULT_STRATEGIES, validate_strategies
+from trainer.reward.pool import default_processes
+from trainer.reward_server.config import TOKEN_ENV, ConfigError, ServerConfig
+from trainer.reward_server.dataset import DatasetError, DatasetIndex, load_dataset
+
+PROG = "python -m trainer.reward_server"
+log = logging.getLogger("trainer.reward_server")
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports errors as one line (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as one line on stderr and exit 2."""
+    sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
+    sys.exit(2)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected a TCP port 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range; expected a TCP port 1-65535")
+    return port
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI. Options accept both --snake_case and --kebab-case spellings."""
+    p = _OneLineParser(prog=PROG, description="Remote math reward service (OpenRLHF --remote_rm_url).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=5001, help="TCP port (default 5001)")
+    p.add_argument("--dataset", help="JSON array or JSONL file with prompts and reference answers")
+    p.add_argument("--input_key", "--input-key", dest="input_key", default="input", help="prompt field")
+    p.add_argument(
+        "--label_key",
+        "--label-key",
+        dest="label_key",
+        default="answer",
+        help="answer field (default answer; 'label' is used when it is absent)",
+    )
+    p.add_argument(
+        "--prompt-template",
+        "--prompt_template",
+        dest="prompt_template",
+        default="none",
+        help="how dataset prompts are rendered: chatml, none, or a string with {}",
+    )
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument(
+        "--token-file",
+        "--token_file",
+        dest="token_file",
+        help=f"file (mode 0600) holding the bearer token; default: ${TOKEN_ENV}",
+    )
+    auth.add_argument(
+        "--no-auth",
+        "--no_auth",
+        dest="no_auth",
+        action="store_true",
+        help="serve without authentication (logs a warning)",
+    )
+    p.add_argument("--workers", type=_positive(int), default=1, help="gunicorn worker processes (default 1)")
+    p.add_argument(
+        "--threads", type=_positive(int), default=8, help="threads per gunicorn worker (default 8)"
+    )
+    p.add_argument(
+        "--verify-processes",
+        "--verify_processes",
+        dest="verify_processes",
+        type=_positive(int),
+        default=None,
+        help=f"verifier processes per gunicorn worker (default: CPUs = {default_processes()})",
+    )
+    p.add_argument(
+        "--max-verify-processes",
+        "--max_verify_processes",
+        dest="max_verify_processes",
+        type=_positive(int),
+        default=None,
+        help="cap on verifier processes incl. ones stuck on slow items (default 4 * verify-processes + 4)",
+    )
+    p.add_argument(
+        "--timeout", type=_positive(float), default=3.0, help="seconds per item before it scores 0"
+    )
+    p.add_argument(
+        "--max-number-digits",
+        "--max_number_digits",
+        dest="max_digits",
+        type=int,
+        default=100_000,
+        help="answers whose exact value has more digits (9^{9^{9}}) score 0 as too_complex; 0 disables",
+    )
+    p.add_argument("--max-items", "--max_items", dest="max_items", type=_positive(int), default=4096)
+    p.add_argument(
+        "--max-body-bytes",
+        "--max_body_bytes",
+        dest="max_body_bytes",
+        type=_positive(int),
+        default=16 * 1024 * 1024,
+    )
+    p.add_argument(
+        "--max-chars",
+        "--max_chars",
+        dest="max_chars",
+        type=_positive(int),
+        default=200_000,
+        help="longest accepted query/prompt/label string",
+    )
+    p.add_argument(
+        "--extract",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="answer extraction strategies in order: boxed,answer_is,hash,last_number",
+    )
+    p.add_argument(
+        "--memory-limit-mb",
+        "--memory_limit_mb",
+        dest="memory_limit_mb",
+        type=_positive(int),
+        default=1024,
+        help="address-space limit per verifier process",
+    )
+    p.add_argument(
+        "--log-level",
+        "--log_level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """ServerConfig for parsed CLI arguments (raises ConfigError / ValueError on bad values)."""
+    return ServerConfig(
+        auth=not args.no_auth,
+        token_file=args.token_file,
+        dataset=args.dataset,
+        input_key=args.input_key,
+        label_key=args.label_key,
+        prompt_template=args.prompt_template,
+        strategies=validate_strategies([s.strip() for s in args.extract.split(",") if s.strip()]),
+        timeout=args.timeout,
+        verify_processes=args.verify_processes,
+        max_verify_processes=args.max_verify_processes,
+        max_digits=args.max_digits,
+        max_body_bytes=args.max_body_bytes,
+        max_items=args.max_items,
+        max_chars=args.max_chars,
+        memory_limit_mb=args.memory_limit_mb,
+    )
+
+
+class RewardServer(BaseApplication):
+    """gunicorn, configured in code; each worker calls load() after the fork."""
+
+    def __init__(self, config: ServerConfig, dataset: DatasetIndex | None, options: dict[str, Any]) -> None:
+        self._config = config
+        self._dataset = dataset
+        self._options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+        if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 24: no ~/.gunicorn control socket
+            self.cfg.set("control_socket_disable", True)
+
+    def load(self) -> Any:
+        from trainer.reward_server.app import create_app
+
+        return create_app(self._config, dataset=self._dataset)
+
+
+def _close_pool(_server: Any, worker: Any) -> None:
+    """gunicorn worker_exit hook: stop this worker's verifier processes."""
+    from trainer.reward_server.app import EXTENSION
+
+    app = getattr(worker, "wsgi", None)
+    state = getattr(app, "extensions", {}).get(EXTENSION) if app is not None else None
+    if state is not None:
+        state.pool.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments, check token and dataset, then run gunicorn (blocks)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = config_from_args(args)
+        config.resolve_token()  # fail now, in the master, not in every worker
+        dataset = None
+        if config.dataset:
+            if not os.path.isfile(config.dataset):
+                fail(f"--dataset {config.dataset}: no such file")
+            dataset = load_dataset(config.dataset, config.input_key, config.label_key, config.prompt_template)
+            log.info("dataset %s: %d prompts with reference answers", config.dataset, len(dataset))
+    except (ConfigError, DatasetError, ValueError) as exc:
+        fail(str(exc))
+    host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
+    options = {
+        "bind": f"{host}:{args.port}",
+        "workers": args.workers,
+        "threads": args.threads,
+        "worker_class": "gthread",
+        "timeout": 120,
+        "graceful_timeout": 30,
+        "keepalive": 5,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": args.log_level,
+        "preload_app": False,
+        "proc_name": "rlrun-reward",
+        "worker_exit": _close_pool,
+    }
+    RewardServer(config, dataset, options).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Reward server configuration and bearer-token loading."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+from trainer.reward.extract import DEFAULT_STRATEGIES
+
+__all__ = ["TOKEN_ENV", "ConfigError", "ServerConfig", "load_token_file"]
+
+TOKEN_ENV = "RLRUN_REWARD_TOKEN"
+
+
+class ConfigError(ValueError):
+    """The server cannot start with this configuration; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything create_app() needs. Defaults are the production defaults.
+
+    token / token_file / RLRUN_REWARD_TOKEN (first one set wins) give the bearer token;
+    auth=False (--no-auth) disables authentication explicitly.
+    """
+
+    auth: bool = True
+    token: str | None = field(default=None, repr=False)
+    token_file: str | None = None
+    dataset: str | None = None
+    input_key: str = "input"
+    label_key: str = "answer"
+    prompt_template: str = "none"
+    strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    timeout: float = 3.0
+    verify_processes: int | None = None  # None: CPUs available
+    max_verify_processes: int | None = None  # None: 4 * verify_processes + 4 (room for stuck items)
+    max_digits: int = 100_000  # answers with bigger exact values score 0 as "too_complex"; 0: off
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_items: int = 4096
+    max_chars: int = 200_000
+    max_answer_chars: int = 1000
+    memory_limit_mb: int | None = 1024
+    cache_size: int = 65536
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_items", "max_chars", "max_answer_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.verify_processes is not None and self.verify_processes < 1:
+            raise ConfigError(f"verify_processes must be >= 1, got {self.verify_processes}")
+        if self.max_digits < 0:
+            raise ConfigError(f"max_digits must be >= 0 (0 disables the check), got {self.max_digits}")
+
+    def resolve_token(self) -> str | None:
+        """The bearer token to require, or None when auth is off.
+
+        Raises ConfigError when auth is on and no token is configured, or the token
+        file is unusable (missing, unreadable, empty, or readable by group/others).
+        """
+        if not self.auth:
+            return None
+        if self.token:
+            return self.token
+        if self.token_file:
+            return load_token_file(self.token_file)
+        env_token = os.environ.get(TOKEN_ENV, "").strip()
+        if env_token:
+            return env_token
+        raise ConfigError(
+            f"authentication is on but no token is configured: give --token-file FILE (mode 0600) "
+            f"or set {TOKEN_ENV}, or pass --no-auth explicitly to run without authentication"
+        )
+
+
+def load_token_file(path: str) -> str:
+    """Read a bearer token from ``path`` (content stripped), refusing group/world-accessible files."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"--token-file {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: cannot stat: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"--token-file {path}: not a regular file")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise ConfigError(
+            f"--token-file {path} is accessible by group/others (mode {mode:04o}); "
+            f"expected mode 0600 or 0400: run chmod 600 {path}"
+        )
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--token-file {path}: not UTF-8 text") from None
+    if not token:
+        raise ConfigError(f"--token-file {path} is empty; expected the bearer token on one line")
+    return token
