@@ -132,13 +132,14 @@ def status(obj, job_id, as_json):
         else:
             click.echo(f"{job_id}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
         return
-    from rlrun.dashboard import list_nodes
+    from rlrun.dashboard import list_nodes, reward_health
 
     cluster = obj.cluster
     nodes = list_nodes(cluster.dashboard_url, cluster.token)
     if as_json:
         click.echo(json.dumps({"cluster": cluster.name, "dashboard": cluster.dashboard_url,
-                               "nodes": [n.__dict__ for n in nodes]}))
+                               "nodes": [n.__dict__ for n in nodes],
+                               "reward_services": {u: reward_health(u) for u in cluster.reward_urls}}))
         return
     table = Table(title=f"cluster {cluster.name} at {cluster.dashboard_url}")
     for col in ("node", "head", "state", "CPUs", "GPUs"):
@@ -149,6 +150,8 @@ def status(obj, job_id, as_json):
     alive = [n for n in nodes if n.alive]
     console.print(f"{len(alive)} alive of {len(cluster.nodes)} in the inventory; "
                   f"{sum(n.cpus for n in alive):g} CPUs, {sum(n.gpus for n in alive):g} GPUs")
+    for url in cluster.reward_urls:
+        console.print(f"reward service {url}: {reward_health(url)}", highlight=False)
 
 
 def _parse_env(pairs) -> dict[str, str]:

@@ -78,6 +78,16 @@ def list_nodes(dashboard: str, token: str | None, timeout: float = 10.0) -> list
     ]
 
 
+def reward_health(url: str, timeout: float = 5.0) -> str:
+    """'ok' when the reward service behind `url` (.../get_reward) answers /health_check, else why not."""
+    health = url.rsplit("/", 1)[0] + "/health_check"
+    try:
+        resp = requests.get(health, timeout=timeout)
+    except requests.RequestException as exc:
+        return f"unreachable ({type(exc).__name__})"
+    return "ok" if resp.status_code == 200 else f"HTTP {resp.status_code}"
+
+
 def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: float) -> Node:
     """Poll until a node with `node_ip` is ALIVE; the last error explains a timeout."""
     deadline = time.monotonic() + timeout

@@ -94,19 +94,24 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
         heads = inv.get_groups_dict().get("ray_head", [])
         if len(heads) != 1:
             raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
-        head = inv.get_host(heads[0])
         varmgr = VariableManager(loader=loader, inventory=inv)
         from ansible.vars.hostvars import HostVars
 
-        hostvars = varmgr.get_vars(host=head)
-        hostvars["hostvars"] = HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
-        # Precedence as in a play: role defaults < inventory < role vars (derived values).
-        variables = {**_role_vars(loader, "ray_node"), **_role_vars(loader, "reward_server"), **hostvars,
-                     **_role_vars(loader, "ray_node", "vars")}
-        templar = Templar(loader=loader, variables=variables)
+        all_hostvars = HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
+        defaults = {**_role_vars(loader, "ray_node"), **_role_vars(loader, "reward_server")}
+        derived = {**_role_vars(loader, "ray_node", "vars"), **_role_vars(loader, "reward_server", "vars")}
 
-        def get(name: str):
-            return templar.template(variables[name])
+        def host_getter(name: str):
+            """get(var) for one host, with the precedence of a play:
+            role defaults < inventory < role vars (derived values)."""
+            own = varmgr.get_vars(host=inv.get_host(name))
+            own["hostvars"] = all_hostvars
+            variables = {**defaults, **own, **derived}
+            templar = Templar(loader=loader, variables=variables)
+            return (lambda var: templar.template(variables[var])), own
+
+        head = inv.get_host(heads[0])
+        get, hostvars = host_getter(head.name)
 
         auth = bool(get("ray_node__auth_enabled"))
         cluster = Cluster(
@@ -123,8 +128,8 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
                 cluster.explicit_token = str(get("ray_node__auth_token")).strip()
             else:
                 cluster.token_store = Path(get("ray_node__auth_token_store"))
-        if "reward_server__url" in variables:
-            cluster.reward_urls = [str(get("reward_server__url"))]
+        cluster.reward_urls = [str(host_getter(h)[0]("reward_server__url"))
+                               for h in sorted(inv.get_groups_dict().get("reward_servers", []))]
         return cluster
     except AnsibleError as exc:
         raise RlrunError(f"inventory {inv_path}: {exc.message}") from None

@@ -44,7 +44,9 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
                       "rlrun__node_address": address, **(hosts_extra or {})} for h in heads}
     inv = {"all": {"children": {"ray_cluster": {"children": {
         "ray_head": {"hosts": head_hosts},
-        "ray_workers": {"hosts": workers or {}}}}}}}
+        "ray_workers": {"hosts": workers or {}}}},
+        # The reward service beside the head, on base_port + 50.
+        "reward_servers": {"hosts": {heads[0]: None}}}}}
     p = base_port
     gv = {
         "rlrun__cluster_name": name,
@@ -61,6 +63,7 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
         "ray_node__temp_dir": f"/tmp/rlrun-{os.getuid()}/{name}-{{{{ inventory_hostname }}}}",
         "accel_env__vendor": "cpu", "accel_env__gloo_socket_ifname": "lo",
         "rlrun__expected_nodes": None, "rlrun__expected_gpus": None,
+        "reward_server__port": p + 50, "reward_server__verify_processes": 1,
         **(group_vars or {}),
     }
     inv_dir = root / "inventory"

@@ -89,6 +89,22 @@ def test_jobs_api_refuses_requests_without_the_right_token(cluster):
     assert requests.get(f"{cluster['url']}/api/jobs/", headers=bad, timeout=5).status_code == 403
 
 
+REWARD_BODY = {"query": ["What is 2/4? \\boxed{1/2}"], "prompts": ["What is 2/4? "], "labels": ["0.5"]}
+
+
+def test_reward_service_wants_the_cluster_token_and_verifies(cluster):
+    url = f"http://{ADDRESS}:{PORT + 50}/get_reward"
+    assert requests.post(url, json=REWARD_BODY, timeout=10).status_code == 401
+    bad = {"Authorization": "Bearer " + "0" * 64}
+    assert requests.post(url, json=REWARD_BODY, headers=bad, timeout=10).status_code == 403
+    token = (cluster["state"] / "auth_token").read_text().strip()
+    ok = requests.post(url, json=REWARD_BODY, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]
+    assert (cluster["state"] / "reward" / "token").stat().st_mode & 0o777 == 0o600
+    status = rlrun(cluster["inv"], "status")
+    assert f"reward service {url}: ok" in status.stdout, status.stdout + status.stderr
+
+
 def test_submit_follow_prints_the_output_and_exits_zero(cluster):
     result = rlrun(
         cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c", "print(6*7)"
@@ -275,6 +291,8 @@ def test_teardown_stops_this_cluster_only(cluster, tmp_path_factory):
         status = rlrun(cluster["inv"], "status")
         assert status.returncode == 1
 
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://{ADDRESS}:{PORT + 50}/health_check", timeout=5)
         assert hand.poll() is None and _alive(hand_url, "ef" * 32)
     finally:
         os.killpg(hand.pid, signal.SIGTERM)

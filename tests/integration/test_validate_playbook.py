@@ -23,6 +23,12 @@ CASES = [
      r"ray_node__client_server_port = 70000 is not a port number between 1024 and 65535"),
     ("tiny worker range", dict(group_vars={"ray_node__max_worker_port": 9420}),
      r"must span at least 100 ports"),
+    ("reward port on a Ray port", dict(group_vars={"reward_server__port": 9301}),
+     r"reward_server__port = 9301 is also used by ray_node__dashboard_port"),
+    ("reward port in the worker range", dict(group_vars={"reward_server__port": 9500}),
+     r"reward_server__port = 9500 is also used by the Ray worker port range 9400-9699"),
+    ("reward auth as string", dict(group_vars={"reward_server__auth_enabled": "yes"}),
+     r"reward_server__auth_enabled = 'yes' \(expected True\)"),
     ("address not an IP", dict(hosts_extra={"rlrun__node_address": "head.example"}),
      r"ray_node__node_address = 'head.example' must be an IPv4 address"),
 ]

@@ -16,6 +16,7 @@ def test_embedded_inventory_describes_the_one_machine_cluster():
     assert cluster.auth_enabled
     assert cluster.token_store == PROJECT / "inventory" / ".secrets" / "local-ray.token"
     assert cluster.nodes == ["localhost"]
+    assert cluster.reward_urls == ["http://127.0.0.2:5001/get_reward"]
 
 
 def test_ports_and_names_come_from_the_inventory(tmp_path):
@@ -24,6 +25,7 @@ def test_ports_and_names_come_from_the_inventory(tmp_path):
     assert cluster.name == "alpha"
     assert cluster.dashboard_url == "http://127.0.0.9:9301"
     assert cluster.token_store == inv / ".secrets" / "alpha-ray.token"
+    assert cluster.reward_urls == ["http://127.0.0.9:9350/get_reward"]
 
 
 def test_token_read_from_the_controllers_token_file(tmp_path):
@@ -67,3 +69,4 @@ def test_seed_example_inventory_is_not_loaded_by_default():
     seed = load_cluster(PROJECT / "examples" / "inventories" / "seed-2node")
     assert seed.head == "gpu005" and seed.nodes == ["gpu004", "gpu005"]
     assert seed.dashboard_url.endswith(":8101")
+    assert len(seed.reward_urls) == 1 and seed.reward_urls[0].endswith(":5001/get_reward")
