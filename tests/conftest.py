@@ -76,3 +76,53 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
 @pytest.fixture
 def project() -> Path:
     return PROJECT
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RewardProc:
+    """A real `python -m trainer.reward_server` on loopback, started by us (ended by PID)."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "trainer.reward_server", "--host", "127.0.0.1", "--port", str(self.port),
+                 *args], cwd=PROJECT, env=env, stdout=out, stderr=out)
+        self.returncode: int | None = None
+        import time
+
+        import requests
+
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"reward server exited with {self.proc.returncode}:\n{log.read_text()}")
+            try:
+                if requests.get(f"{self.url}/health_check", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"reward server did not answer /health_check within 60 s:\n{log.read_text()}")
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after 30 s; returns the exit code (-9 when it had to be killed)."""
+        self.proc.terminate()
+        try:
+            self.returncode = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.returncode = self.proc.wait()
+        return self.returncode

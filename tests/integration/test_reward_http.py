@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import requests
+
+from tests.conftest import RewardProc
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +55,6 @@ class Server:
         return resp
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RLRUN_REWARD_TOKEN"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -91,50 +86,20 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def server(files: dict[str, Path]) -> Iterator[Server]:
-    port = _free_port()
     log = files["dir"] / "server.log"
     args = [
-        "--host", "127.0.0.1", "--port", str(port), "--token-file", str(files["token"]),
+        "--token-file", str(files["token"]),
         "--dataset", str(files["dataset"]), "--input_key", "message", "--prompt-template", "chatml",
         "--workers", "1", "--threads", "4", "--verify-processes", "2", "--timeout", str(TIMEOUT),
         "--max-items", str(MAX_ITEMS), "--max-chars", str(MAX_CHARS), "--max-body-bytes", str(MAX_BODY),
     ]  # fmt: skip
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.reward_server", *args],
-            cwd=ROOT,
-            env=_env(),
-            stdout=out,
-            stderr=out,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if requests.get(f"{url}/health_check", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server did not answer /health_check within 60s:\n{log.read_text()}")
-            time.sleep(0.2)
-    except BaseException:
-        proc.kill()  # by PID: our child
-        proc.wait()
-        raise
-    srv = Server(url, proc, log)
-    yield srv
-    proc.terminate()
-    try:
-        code = proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        pytest.fail("server did not exit within 30s of SIGTERM")
-    assert code == 0, log.read_text()
+        proc = RewardProc(args, log, env=_env())
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield Server(proc.url, proc.proc, log)
+    code = proc.stop()
+    assert code == 0, f"server did not exit cleanly on SIGTERM ({code}):\n{log.read_text()}"
     assert TOKEN not in log.read_text()
 
 

@@ -1,0 +1,181 @@
+"""Client of the remote reward service(s): OpenRLHF's `--remote_rm_url` contract.
+
+One or more URLs; a batch is split into contiguous chunks, one per URL, sent
+concurrently. Connection errors, timeouts and 5xx answers are retried with
+exponential backoff; 4xx answers (bad token, bad request) are not, since
+retrying cannot fix them. Every failure names the URL and the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+TOKEN_ENV = "RLRUN_REWARD_TOKEN"
+TOKEN_FILE_ENV = "RLRUN_REWARD_TOKEN_FILE"
+
+
+class RewardServiceError(RuntimeError):
+    """A reward request failed for good: the message names the URL and the cause."""
+
+
+@dataclass
+class RewardBatch:
+    """Rewards for a batch, in request order, and the services' numeric logs (averaged per chunk size)."""
+
+    rewards: list[float]
+    extra_logs: dict[str, float] = field(default_factory=dict)
+
+
+def token_from_env(environ: dict[str, str] | None = None) -> str | None:
+    """The bearer token for the reward service, from the job's environment.
+
+    $RLRUN_REWARD_TOKEN, else the file $RLRUN_REWARD_TOKEN_FILE, else the
+    cluster token file $RAY_AUTH_TOKEN_PATH that every rlrun node exports
+    (the reward service uses the cluster token by default). None when none is set.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV].strip()
+    for var in (TOKEN_FILE_ENV, "RAY_AUTH_TOKEN_PATH"):
+        path = env.get(var)
+        if path:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    return fh.read().strip()
+            except OSError as exc:
+                raise RewardServiceError(f"cannot read the reward token file ${var}={path}: {exc.strerror}") from None
+    return None
+
+
+def _health_url(url: str) -> str:
+    return url.rsplit("/", 1)[0] + "/health_check"
+
+
+class RemoteRewardClient:
+    """Scores batches on one or more reward services."""
+
+    def __init__(self, urls: Sequence[str], token: str | None = None, timeout: float = 30.0, retries: int = 3,
+                 backoff: float = 0.5):
+        if not urls:
+            raise ValueError("RemoteRewardClient needs at least one URL (--remote_rm_url)")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"reward URL {url!r} must start with http:// or https://")
+        self.urls = list(urls)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.session = requests.Session()
+        self.headers = {"Content-Type": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+
+    def health_check(self) -> None:
+        """Fail at start-up, not an hour in: every URL must answer /health_check."""
+        for url in self.urls:
+            health = _health_url(url)
+            try:
+                resp = self.session.get(health, timeout=min(self.timeout, 10.0))
+            except requests.RequestException as exc:
+                raise RewardServiceError(f"reward service {health} is unreachable: {_why(exc)}") from None
+            if resp.status_code != 200:
+                raise RewardServiceError(f"reward service {health} answered HTTP {resp.status_code}: {resp.text[:200]}")
+
+    def score(self, queries: Sequence[str], prompts: Sequence[str] | None = None,
+              labels: Sequence[Any] | None = None) -> RewardBatch:
+        """Rewards for `queries` (prompt + response each), in order."""
+        n = len(queries)
+        if n == 0:
+            return RewardBatch([])
+        for name, seq in (("prompts", prompts), ("labels", labels)):
+            if seq is not None and len(seq) != n:
+                raise ValueError(f"{name} has {len(seq)} items, queries has {n}")
+        chunks = _split(n, len(self.urls))
+        jobs = []
+        for url, (lo, hi) in zip(self.urls, chunks, strict=False):
+            body: dict[str, Any] = {"query": list(queries[lo:hi])}
+            if prompts is not None:
+                body["prompts"] = list(prompts[lo:hi])
+            if labels is not None:
+                body["labels"] = list(labels[lo:hi])
+            jobs.append((url, body, hi - lo))
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            answers = list(pool.map(lambda job: self._post(job[0], job[1], job[2]), jobs))
+        rewards: list[float] = []
+        logs: dict[str, float] = {}
+        for (_, _, size), answer in zip(jobs, answers, strict=True):
+            rewards.extend(answer["rewards"])
+            for key, value in (answer.get("extra_logs") or {}).items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    logs[key] = logs.get(key, 0.0) + float(value) * size / n
+        return RewardBatch(rewards, logs)
+
+    def _post(self, url: str, body: dict[str, Any], size: int) -> dict[str, Any]:
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                resp = self.session.post(url, json=body, headers=self.headers, timeout=self.timeout)
+            except requests.RequestException as exc:
+                last = _why(exc)
+                continue
+            if resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {_error_text(resp)}"
+                continue
+            if resp.status_code != 200:
+                hint = {401: " (no token sent: set RLRUN_REWARD_TOKEN or run on an rlrun node)",
+                        403: " (the token is not the service's)"}.get(resp.status_code, "")
+                raise RewardServiceError(f"reward service {url} refused the request: HTTP {resp.status_code}: "
+                                         f"{_error_text(resp)}{hint}")
+            return _checked(url, resp, size)
+        raise RewardServiceError(f"reward service {url} failed after {self.retries + 1} attempts: {last}")
+
+
+def _split(n: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) chunks of n items over at most `parts` URLs, sizes differing by at most one."""
+    parts = min(parts, n)
+    base, extra = divmod(n, parts)
+    bounds, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (i < extra)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+def _checked(url: str, resp: requests.Response, size: int) -> dict[str, Any]:
+    try:
+        answer = resp.json()
+    except ValueError:
+        raise RewardServiceError(f"reward service {url} answered something that is not JSON: {resp.text[:200]!r}") from None
+    rewards = answer.get("rewards") if isinstance(answer, dict) else None
+    if not isinstance(rewards, list) or len(rewards) != size:
+        got = f"{len(rewards)} rewards" if isinstance(rewards, list) else f"{type(rewards).__name__}"
+        raise RewardServiceError(f"reward service {url} answered {got} for {size} queries; expected a list of {size}")
+    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rewards):
+        raise RewardServiceError(f"reward service {url} answered non-numeric rewards: {rewards[:5]!r}")
+    answer["rewards"] = [float(r) for r in rewards]
+    return answer
+
+
+def _error_text(resp: requests.Response) -> str:
+    try:
+        return str(resp.json().get("error", resp.text))[:300]
+    except (ValueError, AttributeError):
+        return resp.text[:300]
+
+
+def _why(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.ConnectionError):
+        return "connection refused or unreachable"
+    return type(exc).__name__
