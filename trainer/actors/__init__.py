@@ -1,0 +1,1 @@
+"""Ray actor groups: ranked workers on a placement group (policy, reference, critic)."""

@@ -1,0 +1,141 @@
+"""ActorGroup: N ranked Ray actors of one class on a placement group.
+
+One abstraction for the policy, reference and critic groups (no copied
+`.options()` blocks): it reserves `num_nodes x gpus_per_node` bundles (or
+reuses a shared placement group when models are colocated), starts one actor
+per bundle, asks rank 0 for a rendezvous address and has every rank join one
+torch.distributed group (NCCL on GPU, gloo on CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Where a group runs. On a cluster without GPUs a 'GPU' slot is a CPU rank."""
+
+    name: str
+    num_nodes: int
+    gpus_per_node: int
+    use_gpus: bool
+    # Share of a GPU / CPUs each actor takes (fractions < 1 when models are colocated).
+    gpus_per_actor: float = 1.0
+    cpus_per_actor: float = 1.0
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+def reserve(spec: GroupSpec, timeout_s: float = 120.0) -> PlacementGroup:
+    """A placement group with one bundle per rank, packed per node as in OpenRLHF.
+
+    Fails with the arithmetic when the cluster cannot hold it within `timeout_s`.
+    """
+    bundle: dict[str, float] = {"CPU": spec.cpus_per_actor}
+    if spec.use_gpus:
+        bundle["GPU"] = 1.0
+    pg = placement_group([dict(bundle) for _ in range(spec.world_size)], strategy="PACK",
+                         name=f"rlrun-{spec.name}")
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+    if not ready:
+        total = ray.cluster_resources()
+        ray.util.remove_placement_group(pg)
+        need = {k: v * spec.world_size for k, v in bundle.items()}
+        raise RuntimeError(
+            f"group {spec.name}: {spec.num_nodes} nodes x {spec.gpus_per_node} = {spec.world_size} bundles of "
+            f"{bundle} (in all {need}) cannot be placed within {timeout_s:.0f} s; the cluster has "
+            f"CPU={total.get('CPU', 0):g}, GPU={total.get('GPU', 0):g}")
+    return pg
+
+
+class DistributedWorker:
+    """Base class of ranked actors: the rendezvous handshake and the process group."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank = rank
+        self.world_size = world_size
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """(node IP, free TCP port) for the group's rendezvous; asked of rank 0 only."""
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ip, port
+
+    def init_process_group(self, master_addr: str, master_port: int, backend: str) -> int:
+        """Join the group (env:// rendezvous, as DeepSpeed expects); returns this rank."""
+        import torch.distributed as dist
+
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        if not dist.is_initialized():
+            if backend == "gloo":
+                # deepspeed's shm comm op compiles for ~45 s at every CPU init and training does not need it.
+                import deepspeed.ops
+
+                deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        return dist.get_rank()
+
+    def ping(self) -> int:
+        return self.rank
+
+
+class ActorGroup:
+    """Ranked actors of `actor_cls` (a subclass of DistributedWorker) joined in one process group."""
+
+    def __init__(self, actor_cls: type, spec: GroupSpec, pg: PlacementGroup | None = None,
+                 bundle_offset: int = 0):
+        self.spec = spec
+        self.pg = pg if pg is not None else reserve(spec)
+        self._own_pg = pg is None
+        remote_cls = ray.remote(actor_cls)
+        self.actors = [
+            remote_cls.options(
+                num_cpus=spec.cpus_per_actor if self._own_pg else 0,
+                num_gpus=spec.gpus_per_actor if spec.use_gpus else 0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=bundle_offset + rank),
+                runtime_env={"env_vars": dict(spec.env_vars)} if spec.env_vars else None,
+                name=None,
+            ).remote(rank, spec.world_size)
+            for rank in range(spec.world_size)
+        ]
+        backend = "nccl" if spec.use_gpus else "gloo"
+        addr, port = ray.get(self.actors[0].rendezvous_address.remote())
+        ranks = ray.get([a.init_process_group.remote(addr, port, backend) for a in self.actors])
+        if ranks != list(range(spec.world_size)):
+            raise RuntimeError(f"group {spec.name}: ranks {ranks} after rendezvous, expected 0..{spec.world_size - 1}")
+
+    def run(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call `method` on every rank with the same arguments; results in rank order."""
+        return ray.get(self.async_run(method, *args, **kwargs))
+
+    def async_run(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def run_sharded(self, method: str, shards: list[Any]) -> list[Any]:
+        """Rank i gets shards[i] (one per rank)."""
+        if len(shards) != len(self.actors):
+            raise ValueError(f"{len(shards)} shards for {len(self.actors)} ranks of group {self.spec.name}")
+        return ray.get([getattr(a, method).remote(s) for a, s in zip(self.actors, shards, strict=True)])
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        if self._own_pg:
+            ray.util.remove_placement_group(self.pg)

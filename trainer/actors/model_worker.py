@@ -1,0 +1,136 @@
+"""A DeepSpeed model on one rank: policy (trainable) or reference (inference).
+
+ZeRO-3 partitions the parameters at load time (HfDeepSpeedConfig before
+from_pretrained), so no rank ever holds the full model in training; the same
+code runs on CPU (gloo) and GPU (NCCL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainer.actors.group import DistributedWorker
+from trainer.losses import log_probs_from_logits, masked_mean, policy_loss
+
+
+def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
+              max_norm: float = 1.0, train: bool = True) -> dict[str, Any]:
+    """The DeepSpeed config of one model (training or inference)."""
+    zero: dict[str, Any] = {"stage": zero_stage, "stage3_param_persistence_threshold": 0}
+    if train and adam_offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "gradient_clipping": max_norm if train else 0.0,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class ModelWorker(DistributedWorker):
+    """One rank of the policy or reference group."""
+
+    def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
+                   grad_accum: int = 1, learning_rate: float | None = None, adam_offload: bool = False,
+                   gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
+                   seed: int = 42, temperature: float = 1.0) -> int:
+        """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+        from transformers.integrations import HfDeepSpeedConfig
+
+        torch.manual_seed(seed)
+        train = learning_rate is not None
+        self.temperature = temperature
+        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train)
+        # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
+        self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
+        model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        optimizer = None
+        if train:
+            params = [p for p in model.parameters() if p.requires_grad]
+            if adam_offload:
+                from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+                optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
+            else:
+                optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
+        self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
+        if not train:
+            self.engine.eval()
+        return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
+
+    def _action_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         num_actions: int) -> torch.Tensor:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = self.engine(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        logp = log_probs_from_logits(logits[:, :-1], input_ids[:, 1:], temperature=self.temperature)
+        return logp[:, -num_actions:]
+
+    @torch.no_grad()
+    def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_actions: int) -> torch.Tensor:
+        """Log-probs of the last `num_actions` tokens of each sequence (left-padded prompt + response)."""
+        return self._action_logprobs(input_ids, attention_mask, num_actions).cpu()
+
+    def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], eps_clip: float = 0.2,
+                     kl_coef: float = 0.0) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches (PPO clipped loss, optional KL loss)."""
+        from trainer.losses import kl_loss
+
+        self.engine.train()
+        totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0}
+        for mb in micro_batches:
+            mask = mb["action_mask"]
+            logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
+            loss, clip_frac = policy_loss(logp, mb["old_logprobs"], mb["advantages"], mask, eps_clip)
+            total = loss
+            if kl_coef and "ref_logprobs" in mb:
+                kl = kl_loss(logp, mb["ref_logprobs"], mask)
+                total = total + kl_coef * kl
+                totals["loss/kl"] += float(kl) / len(micro_batches)
+            self.engine.backward(total)
+            self.engine.step()
+            totals["loss/policy"] += float(loss) / len(micro_batches)
+            totals["policy/clip_frac"] += float(clip_frac) / len(micro_batches)
+        return totals
+
+    def train_sft(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
+        """One optimizer step of negative log-likelihood on the response tokens (a supervised warm-up)."""
+        self.engine.train()
+        total = 0.0
+        for mb in micro_batches:
+            mask = mb["action_mask"]
+            logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
+            loss = -masked_mean(logp, mask)
+            self.engine.backward(loss)
+            self.engine.step()
+            total += float(loss) / len(micro_batches)
+        return total
+
+    def full_state(self) -> dict[str, torch.Tensor] | None:
+        """Full (gathered) parameters on rank 0, None on the others; every rank must call it."""
+        import deepspeed
+
+        state: dict[str, torch.Tensor] = {}
+        for name, param in self.engine.module.named_parameters():
+            with deepspeed.zero.GatheredParameters([param], enabled=hasattr(param, "ds_id")):
+                if self.rank == 0:
+                    state[name] = param.data.detach().clone().cpu()
+        return state if self.rank == 0 else None
+
+    def save_checkpoint(self, directory: str, tag: str, client_state: dict[str, Any] | None = None) -> None:
+        """DeepSpeed state (parameters, optimizer, scheduler, step) of every rank under directory/tag."""
+        self.engine.save_checkpoint(directory, tag=tag, client_state=client_state or {})
+
+    def load_checkpoint(self, directory: str, tag: str) -> dict[str, Any]:
+        _, client_state = self.engine.load_checkpoint(directory, tag=tag)
+        if client_state is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} in {directory}")
+        return client_state
