@@ -128,7 +128,7 @@ class TrainerConfig:
     )
     apply_chat_template: bool = flag(False, "Format prompts with the tokenizer's chat template.", group=D)
     max_samples: int = flag(100_000_000, "Use at most this many prompts of the dataset.", group=D, ge=1)
-    prompt_max_len: int = flag(1024, "Max tokens of a prompt (longer prompts are truncated).", group=D, ge=1)
+    prompt_max_len: int = flag(1024, "Max tokens of a prompt; longer prompts are dropped and counted.", group=D, ge=1)
     generate_max_len: int = flag(1024, "Max new tokens generated per sample.", group=D, ge=1)
     # --- rollout and training batches ----------------------------------------------------------------
     rollout_batch_size: int = flag(1024, "Prompts per rollout (experience-making) batch.", group=T, ge=1)

@@ -1,0 +1,278 @@
+"""Tiny, self-made test artefacts: a char-level tokenizer, a random-init Llama and toy math datasets.
+
+Nothing can be downloaded from a model hub here, so tests and CPU smoke runs use artefacts made by this
+module and load them through the real paths (``AutoTokenizer.from_pretrained(dir)``,
+``AutoModelForCausalLM.from_pretrained(dir)``, vLLM ``LLM(model=dir)``).
+
+- :func:`make_tokenizer`: a character-level tokenizer (``tokenizers`` ``WordLevel`` model, ``Split("",
+  "isolated")`` pre-tokenizer, ``Fuse`` decoder) with a chatml chat template; fewer than 128 tokens.
+- :func:`make_model`: a random-init Llama whose head_dim (default 64) is one vLLM's CPU attention accepts.
+- :func:`make_math_dataset`: toy prompts ("3+4=" -> "7", or copy a digit string) in json, jsonl or parquet.
+
+Command line::
+
+    python -m trainer.tiny model OUT_DIR [--hidden-size 256 --num-layers 2 --num-heads 4 --seed 0]
+    python -m trainer.tiny dataset OUT_FILE [--n 256 --fmt jsonl --kind add --seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import string
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from transformers import PreTrainedTokenizerFast
+
+PAD, EOS, UNK, IM_START, IM_END = "<pad>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (PAD, EOS, UNK, IM_START, IM_END)
+PUNCTUATION = "\\{}^_/+-*=()[].,:;?!'\"<>|$%&#@~`"
+# Everything the tokenizer knows besides the special tokens, in id order after them.
+CHARACTERS = string.digits + string.ascii_letters + " \n" + PUNCTUATION
+
+# chatml: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then the assistant header.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+DatasetFormat = Literal["jsonl", "json", "parquet"]
+DatasetKind = Literal["add", "copy"]
+FORMATS: tuple[str, ...] = ("jsonl", "json", "parquet")
+KINDS: tuple[str, ...] = ("add", "copy")
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """The char-level tokenizer in memory (see :func:`make_tokenizer`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {tok: i for i, tok in enumerate((*SPECIAL_TOKENS, *CHARACTERS))}
+    assert len(vocab) == len(SPECIAL_TOKENS) + len(CHARACTERS), "duplicate character in the vocabulary"
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        bos_token=None,
+        additional_special_tokens=[IM_START, IM_END],
+        padding_side="left",
+        model_max_length=4096,
+        clean_up_tokenization_spaces=False,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_tokenizer(out_dir: str | Path) -> PreTrainedTokenizerFast:
+    """Build the char-level chatml tokenizer, save it to ``out_dir`` (created) and return it.
+
+    Special tokens: ``<pad>`` (pad), ``<eos>`` (eos), ``<unk>`` (unknown characters), ``<|im_start|>`` and
+    ``<|im_end|>``; no bos. Padding is on the left. Reload with ``AutoTokenizer.from_pretrained(out_dir)``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer()
+    tok.save_pretrained(str(out))
+    return tok
+
+
+def make_model(
+    out_dir: str | Path,
+    hidden_size: int = 256,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int | None = None,
+    seed: int = 0,
+    max_position_embeddings: int = 512,
+) -> Path:
+    """Save a random-init Llama (safetensors) and the tokenizer of :func:`make_tokenizer` to ``out_dir``.
+
+    ``hidden_size / num_heads`` is the head_dim; vLLM's CPU attention only accepts some values (64 is the
+    default here). ``intermediate_size`` defaults to ``2 * hidden_size``. The weights depend only on the
+    arguments (same seed, same weights). Returns ``out_dir`` as a :class:`Path`.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if hidden_size < 1 or num_heads < 1 or num_layers < 1:
+        raise ValueError(
+            f"make_model: hidden_size, num_heads and num_layers must be >= 1, got "
+            f"{hidden_size}, {num_heads}, {num_layers}"
+        )
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"make_model: hidden_size {hidden_size} is not divisible by num_heads {num_heads}; "
+            "expected hidden_size = num_heads * head_dim"
+        )
+    out = Path(out_dir)
+    tok = make_tokenizer(out)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.eos_token_id,
+        tie_word_embeddings=False,
+        dtype="float32",
+    )
+    # Seed a private generator state: same seed -> identical weights, whatever ran before.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.bos_token_id = tok.eos_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def math_records(
+    n: int = 256,
+    seed: int = 0,
+    input_key: str = "message",
+    label_key: str = "answer",
+    kind: DatasetKind = "add",
+    max_operand: int = 9,
+) -> list[dict[str, Any]]:
+    """``n`` toy records ``{input_key: [{"role": "user", "content": ...}], label_key: ...}``.
+
+    ``kind="add"``: ``"3+4="`` -> ``"7"`` (operands 0..max_operand); ``kind="copy"``:
+    ``"copy 4821="`` -> ``"4821"`` (a 1-4 digit string). Deterministic for a seed.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown dataset kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if n < 0:
+        raise ValueError(f"dataset size n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    records = []
+    for _ in range(n):
+        if kind == "add":
+            a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+            prompt, answer = f"{a}+{b}=", str(a + b)
+        else:
+            answer = "".join(rng.choice(string.digits) for _ in range(rng.randint(1, 4)))
+            prompt = f"copy {answer}="
+        records.append({input_key: [{"role": "user", "content": prompt}], label_key: answer})
+    return records
+
+
+def write_records(path: str | Path, records: Sequence[dict[str, Any]], fmt: DatasetFormat = "jsonl") -> Path:
+    """Write ``records`` to ``path`` as a json list, jsonl (one object a line) or parquet (needs pyarrow)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    elif fmt == "json":
+        out.write_text(json.dumps(list(records), ensure_ascii=False, indent=1), encoding="utf-8")
+    elif fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError(
+                f"writing {out} as parquet needs the 'pyarrow' package, which is not installed; "
+                "install pyarrow or use fmt='jsonl' or 'json'"
+            ) from e
+        pq.write_table(pa.Table.from_pylist(list(records)), str(out))
+    else:
+        raise ValueError(f"unknown dataset format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return out
+
+
+def make_math_dataset(
+    path: str | Path,
+    n: int = 256,
+    seed: int = 0,
+    fmt: DatasetFormat = "jsonl",
+    input_key: str = "message",
+    label_key: str = "answer",
+    kind: DatasetKind = "add",
+) -> Path:
+    """Write :func:`math_records` to ``path`` in format ``fmt``; returns the path."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown dataset format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    records = math_records(n=n, seed=seed, input_key=input_key, label_key=label_key, kind=kind)
+    return write_records(path, records, fmt)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Bad arguments: one line on stderr, exit status 2."""
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m trainer.tiny", description="Make tiny test models and toy datasets.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    m = sub.add_parser("model", help="random-init Llama + char-level tokenizer")
+    m.add_argument("out_dir")
+    m.add_argument("--hidden-size", type=int, default=256)
+    m.add_argument("--num-layers", type=int, default=2)
+    m.add_argument("--num-heads", type=int, default=4)
+    m.add_argument("--intermediate-size", type=int, default=None)
+    m.add_argument("--max-position-embeddings", type=int, default=512)
+    m.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("dataset", help="toy arithmetic / copy prompts")
+    d.add_argument("out_file")
+    d.add_argument("--n", type=int, default=256)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--fmt", choices=FORMATS, default=None, help="default: from the extension, else jsonl")
+    d.add_argument("--kind", choices=KINDS, default="add")
+    d.add_argument("--input-key", default="message")
+    d.add_argument("--label-key", default="answer")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "model":
+            out = make_model(
+                args.out_dir,
+                hidden_size=args.hidden_size,
+                num_layers=args.num_layers,
+                num_heads=args.num_heads,
+                intermediate_size=args.intermediate_size,
+                seed=args.seed,
+                max_position_embeddings=args.max_position_embeddings,
+            )
+        else:
+            fmt = args.fmt
+            if fmt is None:
+                ext = Path(args.out_file).suffix.lstrip(".").lower()
+                fmt = ext if ext in FORMATS else "jsonl"
+            out = make_math_dataset(
+                args.out_file,
+                n=args.n,
+                seed=args.seed,
+                fmt=fmt,
+                input_key=args.input_key,
+                label_key=args.label_key,
+                kind=args.kind,
+            )
+    except (ValueError, ImportError) as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
