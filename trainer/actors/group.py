@@ -128,11 +128,11 @@ class ActorGroup:
     def async_run(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
         return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
 
-    def run_sharded(self, method: str, shards: list[Any]) -> list[Any]:
-        """Rank i gets shards[i] (one per rank)."""
+    def run_sharded(self, method: str, shards: list[Any], **kwargs: Any) -> list[Any]:
+        """Rank i gets shards[i] (one per rank) and the same keyword arguments."""
         if len(shards) != len(self.actors):
             raise ValueError(f"{len(shards)} shards for {len(self.actors)} ranks of group {self.spec.name}")
-        return ray.get([getattr(a, method).remote(s) for a, s in zip(self.actors, shards, strict=True)])
+        return ray.get([getattr(a, method).remote(s, **kwargs) for a, s in zip(self.actors, shards, strict=True)])
 
     def shutdown(self) -> None:
         for actor in self.actors:

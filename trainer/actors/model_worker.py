@@ -79,6 +79,11 @@ class ModelWorker(DistributedWorker):
         """Log-probs of the last `num_actions` tokens of each sequence (left-padded prompt + response)."""
         return self._action_logprobs(input_ids, attention_mask, num_actions).cpu()
 
+    @torch.no_grad()
+    def batch_logprobs(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """logprobs() of a micro-batch dict (as Experience.rows gives it)."""
+        return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
+
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], eps_clip: float = 0.2,
                      kl_coef: float = 0.0) -> dict[str, float]:
         """One optimizer step over this rank's micro-batches (PPO clipped loss, optional KL loss)."""
@@ -94,11 +99,11 @@ class ModelWorker(DistributedWorker):
             if kl_coef and "ref_logprobs" in mb:
                 kl = kl_loss(logp, mb["ref_logprobs"], mask)
                 total = total + kl_coef * kl
-                totals["loss/kl"] += float(kl) / len(micro_batches)
+                totals["loss/kl"] += kl.item() / len(micro_batches)
             self.engine.backward(total)
             self.engine.step()
-            totals["loss/policy"] += float(loss) / len(micro_batches)
-            totals["policy/clip_frac"] += float(clip_frac) / len(micro_batches)
+            totals["loss/policy"] += loss.item() / len(micro_batches)
+            totals["policy/clip_frac"] += clip_frac.item() / len(micro_batches)
         return totals
 
     def train_sft(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
@@ -111,7 +116,7 @@ class ModelWorker(DistributedWorker):
             loss = -masked_mean(logp, mask)
             self.engine.backward(loss)
             self.engine.step()
-            total += float(loss) / len(micro_batches)
+            total += loss.item() / len(micro_batches)
         return total
 
     def full_state(self) -> dict[str, torch.Tensor] | None:
@@ -124,6 +129,12 @@ class ModelWorker(DistributedWorker):
                 if self.rank == 0:
                     state[name] = param.data.detach().clone().cpu()
         return state if self.rank == 0 else None
+
+    def save_hf(self, directory: str) -> None:
+        """HF-format weights (save_pretrained of the gathered parameters) from rank 0; all ranks call it."""
+        state = self.full_state()
+        if self.rank == 0:
+            self.engine.module.save_pretrained(directory, state_dict=state, safe_serialization=True)
 
     def save_checkpoint(self, directory: str, tag: str, client_state: dict[str, Any] | None = None) -> None:
         """DeepSpeed state (parameters, optimizer, scheduler, step) of every rank under directory/tag."""

@@ -1,0 +1,73 @@
+"""Turn rollout samples into the padded tensors the model workers take (pure torch, no Ray).
+
+Layout, as OpenRLHF: each sequence is its prompt left-padded to the longest
+prompt, then its response right-padded to the longest response, so the action
+tokens of every row sit in the last R columns and `num_actions = R`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Experience:
+    """One rollout's tensors; rows are prompt-major (n samples of a prompt are adjacent)."""
+
+    input_ids: torch.Tensor  # [B, P + R]
+    attention_mask: torch.Tensor  # [B, P + R]
+    action_mask: torch.Tensor  # [B, R], 1.0 on response tokens
+    old_logprobs: torch.Tensor | None = None  # [B, R]
+    ref_logprobs: torch.Tensor | None = None  # [B, R]
+    advantages: torch.Tensor | None = None  # [B, R]
+    scores: torch.Tensor | None = None  # [B]
+
+    @property
+    def num_actions(self) -> int:
+        return self.action_mask.size(1)
+
+    def rows(self, index: torch.Tensor | Sequence[int]) -> dict[str, torch.Tensor]:
+        """The tensors of some rows, as the micro-batch dict ModelWorker.train_policy takes."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        out = {"input_ids": self.input_ids[idx], "attention_mask": self.attention_mask[idx],
+               "action_mask": self.action_mask[idx]}
+        for name in ("old_logprobs", "ref_logprobs", "advantages"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value[idx]
+        return out
+
+
+def build_experience(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                     pad_id: int) -> Experience:
+    """Pad prompts left and responses right; an empty response keeps one masked pad column."""
+    if len(prompt_ids) != len(response_ids) or not prompt_ids:
+        raise ValueError(f"{len(prompt_ids)} prompts and {len(response_ids)} responses; expected equal, > 0")
+    p_len = max(len(p) for p in prompt_ids)
+    r_len = max(1, max(len(r) for r in response_ids))
+    b = len(prompt_ids)
+    input_ids = torch.full((b, p_len + r_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, p_len + r_len), dtype=torch.long)
+    action = torch.zeros((b, r_len), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
+        input_ids[i, p_len - len(p):p_len] = torch.tensor(p, dtype=torch.long)
+        attention[i, p_len - len(p):p_len] = 1
+        if r:
+            input_ids[i, p_len:p_len + len(r)] = torch.tensor(r, dtype=torch.long)
+            attention[i, p_len:p_len + len(r)] = 1
+            action[i, :len(r)] = 1.0
+    return Experience(input_ids, attention, action)
+
+
+def shard(n: int, parts: int) -> list[list[int]]:
+    """Row indices 0..n-1 split into `parts` contiguous shards of near-equal size (one per rank)."""
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (i < extra)
+        out.append(list(range(lo, hi)))
+        lo = hi
+    return out

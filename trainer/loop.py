@@ -1,0 +1,269 @@
+"""The RL training loop, run by `python -m trainer.train_ppo_ray` inside a Ray job.
+
+One step, top to bottom: generate -> score -> advantages -> train -> sync -> metrics
+(`Trainer.step`). The policy and reference groups are DeepSpeed models on Ray
+actor groups, rollout engines are vLLM (or HF generate) Ray actors, rewards
+come from the remote reward service or a local function.
+
+Not yet here: the critic group, so `--advantage_estimator gae` is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.actors.group import ActorGroup, GroupSpec
+from trainer.actors.model_worker import ModelWorker
+from trainer.algorithms import RunningMeanStd, compute_advantages_and_returns, normalize_reward
+from trainer.data import PromptSampler, prompts_from_config
+from trainer.experience import Experience, build_experience, shard
+from trainer.losses import compute_kl, masked_mean
+from trainer.metrics import MetricsLogger, Timer
+from trainer.reward.client import RemoteRewardClient, token_from_env
+from trainer.reward.local import resolve_reward_fn
+from trainer.sync import to_safetensors_bytes
+
+log = logging.getLogger("trainer")
+
+
+def make_reward(cfg):
+    """The reward: remote services (health-checked now, not an hour in) or a local function."""
+    if cfg.remote_rm_url:
+        client = RemoteRewardClient(list(cfg.remote_rm_url), token=token_from_env(),
+                                    timeout=cfg.remote_rm_timeout, retries=cfg.remote_rm_retries)
+        client.health_check()
+        return client.score
+    return resolve_reward_fn(cfg.reward_fn)
+
+
+class Trainer:
+    def __init__(self, cfg):
+        import ray
+        from transformers import AutoTokenizer
+
+        self.cfg = cfg
+        self.timer = Timer()
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
+        self.prompts, stats = prompts_from_config(cfg, self.tokenizer)
+        print(f"data: {stats.as_dict()}", flush=True)
+        self.reward = make_reward(cfg)
+        use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
+        share = 0.25 if cfg.colocate_all_models else 1.0
+        cpus = 1.0 if use_gpus else 0.5
+        pspec = GroupSpec("policy", cfg.actor_num_nodes, cfg.actor_num_gpus_per_node, use_gpus,
+                          gpus_per_actor=share, cpus_per_actor=cpus)
+        self.policy = ActorGroup(ModelWorker, pspec)
+        model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature)
+        self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
+                        grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
+                        adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
+                        l2=cfg.l2, max_norm=cfg.max_norm, **model_args)
+        self.ref = None
+        if cfg.needs_ref:
+            rspec = GroupSpec("reference", cfg.ref_num_nodes, cfg.ref_num_gpus_per_node, use_gpus,
+                              gpus_per_actor=share, cpus_per_actor=cpus)
+            self.ref = ActorGroup(ModelWorker, rspec, pg=self.policy.pg if cfg.colocate_all_models else None)
+            self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
+                         **model_args)
+        self.engines = self._start_engines(use_gpus)
+        self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
+        self.norm = RunningMeanStd() if cfg.normalize_reward else None
+        self.step_no = 0
+        self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
+                                     cfg.use_tensorboard)
+        if cfg.load_checkpoint:
+            self._resume()
+
+    def _start_engines(self, use_gpus: bool) -> list[Any]:
+        import ray
+
+        cfg = self.cfg
+        if cfg.rollout_backend == "vllm":
+            from trainer.rollout.vllm_engine import VllmEngine as engine_cls
+
+            kwargs = dict(tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+                          gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                          enable_prefix_caching=cfg.enable_prefix_caching, enable_sleep=cfg.vllm_enable_sleep,
+                          enforce_eager=cfg.enforce_eager, seed=cfg.seed)
+            count, gpus = cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size
+        else:
+            from trainer.rollout.hf_engine import HfEngine as engine_cls
+
+            kwargs, count, gpus = {}, 1, 1
+        remote = ray.remote(engine_cls).options(
+            num_cpus=1.0 if use_gpus else 0.5,
+            num_gpus=(gpus * (0.25 if cfg.colocate_all_models else 1.0)) if use_gpus else 0)
+        return [remote.remote(cfg.pretrain, **kwargs) for _ in range(count)]
+
+    # --- one RL step ---------------------------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        """generate -> score -> advantages -> train -> sync -> metrics, for one rollout batch."""
+        cfg = self.cfg
+        self.timer.times.clear()
+        prompts = self.sampler.next_batch()
+        self.step_no += 1
+        with self.timer("generate"):
+            samples = self.generate([p.text for p in prompts])
+        with self.timer("make_experience"):
+            exp, extra = self.make_experience(prompts, samples)
+        with self.timer("train"):
+            train_metrics = self.train(exp)
+        with self.timer("sync"):
+            self.sync_weights()
+        metrics = {**extra, **train_metrics, **self.timer.times}
+        if self.step_no % cfg.logging_steps == 0:
+            self.metrics.log(self.step_no, metrics)
+        if cfg.save_steps > 0 and self.step_no % cfg.save_steps == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def generate(self, texts: list[str]):
+        import ray
+
+        cfg = self.cfg
+        parts = shard(len(texts), len(self.engines))
+        refs = [engine.generate.remote([texts[i] for i in idx], n=cfg.n_samples_per_prompt,
+                                       temperature=cfg.temperature, top_p=cfg.top_p,
+                                       max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no)
+                for engine, idx in zip(self.engines, parts, strict=True) if idx]
+        return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
+
+    def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
+        cfg = self.cfg
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        exp = build_experience([s.prompt_token_ids for s in samples], [s.response_token_ids for s in samples], pad)
+        labels = [p.label for p in prompts for _ in range(cfg.n_samples_per_prompt)]
+        rewards = self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
+        raw = torch.tensor(rewards.rewards, dtype=torch.float32)
+        scores = normalize_reward(raw, self.norm) if self.norm is not None else raw
+        exp.old_logprobs = self._logprobs(self.policy, exp)
+        kl = None
+        if self.ref is not None:
+            exp.ref_logprobs = self._logprobs(self.ref, exp)
+            kl = compute_kl(exp.old_logprobs, exp.ref_logprobs, exp.action_mask, cfg.kl_estimator)
+        exp.advantages, _ = compute_advantages_and_returns(
+            cfg.advantage_estimator, scores, exp.action_mask, n_samples_per_prompt=cfg.n_samples_per_prompt,
+            kl=kl, kl_coef=0.0 if cfg.use_kl_loss else cfg.init_kl_coef)
+        exp.scores = raw
+        lengths = exp.action_mask.sum(-1)
+        extra = {"reward/mean": raw.mean().item(), "reward/std": raw.std(unbiased=False).item(),
+                 "response_length/mean": lengths.mean().item()}
+        if kl is not None:
+            extra["kl/mean"] = masked_mean(kl, exp.action_mask).item()
+        extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items() if k in ("accuracy", "n_timeout")})
+        return exp, extra
+
+    def _logprobs(self, group: ActorGroup, exp: Experience) -> torch.Tensor:
+        parts = shard(exp.input_ids.size(0), group.spec.world_size)
+        return torch.cat(group.run_sharded("batch_logprobs", [exp.rows(idx) for idx in parts]))
+
+    def train(self, exp: Experience) -> dict[str, float]:
+        cfg = self.cfg
+        world, b = self.policy.spec.world_size, exp.input_ids.size(0)
+        sums: dict[str, float] = {}
+        steps = 0
+        for epoch in range(cfg.max_epochs):
+            gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step_no * 101 + epoch)
+            perm = torch.randperm(b, generator=gen)
+            for start in range(0, b, cfg.train_batch_size):
+                batch = perm[start:start + cfg.train_batch_size]
+                per_rank = [batch[idx] for idx in shard(len(batch), world)]
+                micro = [[exp.rows(r[i:i + cfg.micro_train_batch_size])
+                          for i in range(0, len(r), cfg.micro_train_batch_size)] for r in per_rank]
+                results = self.policy.run_sharded("train_policy", micro, eps_clip=cfg.eps_clip,
+                                                  kl_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0)
+                for key in results[0]:
+                    sums[key] = sums.get(key, 0.0) + sum(r[key] for r in results) / world
+                steps += 1
+        return {k: v / max(steps, 1) for k, v in sums.items()}
+
+    def sync_weights(self) -> None:
+        """Policy -> engines: gathered ZeRO-3 weights as safetensors bytes; engines reset their prefix cache."""
+        import ray
+
+        state = self.policy.run("full_state")[0]
+        blob = to_safetensors_bytes(state)
+        ray.get([engine.update_weights.remote(blob) for engine in self.engines])
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> None:
+        cfg = self.cfg
+        tag = f"global_step{self.step_no}"
+        client = {"step": self.step_no, "sampler": self.sampler.state_dict(),
+                  "norm": self.norm.state_dict() if self.norm else None}
+        self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
+        if cfg.save_hf_ckpt:
+            self.policy.run("save_hf", str(Path(cfg.ckpt_path) / f"{tag}_hf"))
+        tags = sorted((p for p in Path(cfg.ckpt_path).glob("global_step*") if p.is_dir() and p.name[11:].isdigit()),
+                      key=lambda p: int(p.name[11:]))
+        for old in tags[:-cfg.max_ckpt_num]:
+            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(f"{old}_hf", ignore_errors=True)
+
+    def _resume(self) -> None:
+        latest = Path(self.cfg.ckpt_path) / "latest"
+        if not latest.exists():
+            print(f"no checkpoint in {self.cfg.ckpt_path}; starting fresh", flush=True)
+            return
+        tag = latest.read_text().strip()
+        client = self.policy.run("load_checkpoint", self.cfg.ckpt_path, tag)[0]
+        self.step_no = client["step"]
+        self.sampler.load_state_dict(client["sampler"])
+        if self.norm is not None and client.get("norm"):
+            self.norm.load_state_dict(client["norm"])
+        self.sync_weights()
+        print(f"resumed from {tag} (step {self.step_no})", flush=True)
+
+    # --- run -----------------------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        while self.sampler.episode < self.cfg.num_episodes:
+            self.step()
+        self.policy.run("save_hf", self.cfg.save_path)
+        self.tokenizer.save_pretrained(self.cfg.save_path)
+
+    def shutdown(self) -> None:
+        import ray
+
+        self.metrics.close()
+        for engine in self.engines:
+            try:
+                ray.get(engine.shutdown.remote(), timeout=60)
+            except Exception as exc:  # noqa: BLE001 (shutting down regardless)
+                log.warning("engine shutdown: %s", exc)
+            ray.kill(engine)
+        for group in (self.ref, self.policy):
+            if group is not None:
+                group.shutdown()
+        close = getattr(self.reward, "close", None)
+        if close:
+            close()
+
+
+def run(cfg) -> int:
+    """Train with `cfg` (a validated TrainerConfig); returns the exit code."""
+    import ray
+
+    if cfg.advantage_estimator == "gae":
+        print("error: --advantage_estimator gae needs the critic group, which this trainer does not have yet; "
+              "use rloo, reinforce_baseline or group_norm", flush=True)
+        return 2
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):  # inside a Ray job (rlrun submit): the cluster
+            ray.init(address=os.environ["RAY_ADDRESS"])
+        else:  # a local run: a private one-machine Ray, on loopback only
+            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
+    trainer = Trainer(cfg)
+    try:
+        trainer.fit()
+    finally:
+        trainer.shutdown()
+    return 0

@@ -1,0 +1,60 @@
+"""Metrics: console, JSON lines, TensorBoard (when configured). Names are namespaced
+(`reward/mean`, `loss/policy`, `timing/generate`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print):
+        self.jsonl = None
+        if jsonl_path:
+            Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
+            self.jsonl = open(jsonl_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.tb = None
+        if tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise RuntimeError(f"--use_tensorboard needs the tensorboard package ({exc}); "
+                                   "pip install tensorboard or drop the flag") from None
+            self.tb = SummaryWriter(tensorboard_dir)
+        self.print = print_fn
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, "time": time.time(), **{k: float(v) for k, v in metrics.items()}}
+        if self.jsonl:
+            self.jsonl.write(json.dumps(row) + "\n")
+            self.jsonl.flush()
+        if self.tb:
+            for key, value in metrics.items():
+                self.tb.add_scalar(key, value, step)
+        shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("timing/"))
+        timing = " ".join(f"{k[7:]}={v:.2f}s" for k, v in sorted(metrics.items()) if k.startswith("timing/"))
+        self.print(f"step {step}: {shown} | {timing}", flush=True)
+
+    def close(self) -> None:
+        if self.jsonl:
+            self.jsonl.close()
+        if self.tb:
+            self.tb.close()
+
+
+class Timer:
+    """`with timer("generate"):` adds `timing/generate` seconds to `timer.times`."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Any:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[f"timing/{name}"] = self.times.get(f"timing/{name}", 0.0) + time.perf_counter() - start
