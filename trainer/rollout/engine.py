@@ -1,0 +1,139 @@
+"""The rollout-engine interface the training loop talks to, and what it returns.
+
+Two implementations: :class:`trainer.rollout.vllm_engine.VllmEngine` (vLLM, the default) and
+:class:`trainer.rollout.hf_engine.HfEngine` (HF ``generate``, the ``--rollout_backend hf`` fallback and the
+reference in tests). Both are plain classes; the caller decides whether one runs in-process or as a Ray
+actor (``ray.remote(VllmEngine)``), so every argument and result here is picklable.
+
+Conventions shared by both engines:
+
+- prompts are text, tokenized by the engine's own tokenizer (``tokenizer(prompt).input_ids``, i.e. with the
+  tokenizer's default special tokens; apply a chat template before calling);
+- ``generate`` returns ``len(prompts) * n`` samples, prompt-major (all samples of prompt 0 first);
+- ``temperature == 0`` means greedy decoding;
+- a response ends at the first EOS token (kept in ``response_token_ids``) or after ``max_new_tokens``;
+- ``logprobs`` are the *raw* model log-probabilities of the sampled tokens (before temperature / top_p),
+  as vLLM's default ``logprobs_mode="raw_logprobs"`` reports them.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: What ``update_weights`` accepts: a safetensors blob, several blobs (one update), or named tensors.
+Weights = bytes | list[bytes] | Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
+
+
+@dataclass
+class Sample:
+    """One generated response to one prompt."""
+
+    prompt: str
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response: str
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None  # "stop" (EOS) or "length" (max_new_tokens)
+
+
+class RolloutEngine(abc.ABC):
+    """Generates rollouts and takes new policy weights; see the module docstring for the conventions."""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 1024,
+        seed: int | None = None,
+    ) -> list[Sample]:
+        """``n`` samples for each prompt, prompt-major."""
+
+    @abc.abstractmethod
+    def update_weights(self, weights: Weights) -> int:
+        """Load new weights (HF checkpoint names); returns how many tensors were loaded.
+
+        Implementations reset the prefix cache afterwards: a cached prefix computed with the old weights
+        would otherwise be reused.
+        """
+
+    @abc.abstractmethod
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix."""
+
+    @abc.abstractmethod
+    def sleep(self) -> None:
+        """Free accelerator memory while the trainer runs (a logged no-op where unsupported)."""
+
+    @abc.abstractmethod
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (a logged no-op where unsupported)."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Release the engine; idempotent. Call before killing the process that hosts it."""
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def check_generate_args(prompts: list[str], n: int, temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """Raise ValueError naming the first bad ``generate`` argument."""
+    if not isinstance(prompts, list | tuple) or not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompts must be a list of str (apply the chat template before calling generate)")
+    if n < 1:
+        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+
+def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt, the same way in every engine (tokenizer defaults for special tokens)."""
+    ids = [list(tokenizer(p).input_ids) for p in prompts]
+    empty = [i for i, t in enumerate(ids) if not t]
+    if empty:
+        raise ValueError(f"prompt(s) {empty} tokenize to no tokens; expected at least one token per prompt")
+    return ids
+
+
+def named_tensors(weights: Weights) -> Iterable[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` pairs of any :data:`Weights` form (blobs are decoded)."""
+    from trainer.sync import from_safetensors_bytes
+
+    if isinstance(weights, bytes | bytearray | memoryview):
+        return from_safetensors_bytes(weights).items()
+    if isinstance(weights, list) and weights and isinstance(weights[0], bytes | bytearray):
+        return [pair for blob in weights for pair in from_safetensors_bytes(blob).items()]
+    if isinstance(weights, Mapping):
+        return weights.items()
+    return weights
+
+
+def create_engine(backend: str, model_path: str, **kwargs: Any) -> RolloutEngine:
+    """An engine by ``--rollout_backend`` name ('vllm' or 'hf'); ``kwargs`` go to its constructor."""
+    if backend == "vllm":
+        from trainer.rollout.vllm_engine import VllmEngine
+
+        return VllmEngine(model_path, **kwargs)
+    if backend == "hf":
+        from trainer.rollout.hf_engine import HfEngine
+
+        return HfEngine(model_path, **kwargs)
+    raise ValueError(f"unknown rollout backend {backend!r}: expected 'vllm' or 'hf'")

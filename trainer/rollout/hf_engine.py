@@ -1,0 +1,167 @@
+"""The HF ``generate`` rollout engine: ``--rollout_backend hf`` and the reference the vLLM engine is tested on.
+
+Same interface and conventions as :mod:`trainer.rollout.engine`. No prefix cache, so
+:meth:`HfEngine.reset_prefix_cache` has nothing to do; :meth:`HfEngine.sleep` moves the model to CPU when it
+lives on a GPU and is a logged no-op otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from trainer.rollout.engine import (
+    RolloutEngine,
+    Sample,
+    Weights,
+    check_generate_args,
+    named_tensors,
+    tokenize_prompts,
+)
+
+log = logging.getLogger(__name__)
+
+
+class HfEngine(RolloutEngine):
+    """``AutoModelForCausalLM.from_pretrained(model_path)`` + ``generate``.
+
+    Args:
+        model_path: HF model directory.
+        device: where the model runs (default: CUDA if available, else CPU).
+        dtype: torch dtype (default: the checkpoint's).
+        batch_size: prompts per ``generate`` call.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | str | None = None,
+        batch_size: int = 64,
+        **_ignored: Any,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if _ignored:
+            log.info("HfEngine ignores vLLM-only options: %s", ", ".join(sorted(_ignored)))
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        kwargs: dict[str, Any] = {}
+        if dtype is not None:
+            kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.model: Any = AutoModelForCausalLM.from_pretrained(model_path, **kwargs).to(self.device).eval()
+        self.model_path = str(model_path)
+        self.batch_size = batch_size
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+
+    # --- generation ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 1024,
+        seed: int | None = None,
+    ) -> list[Sample]:
+        """See :meth:`RolloutEngine.generate`; ``seed`` seeds a forked RNG (global RNG state is kept)."""
+        check_generate_args(prompts, n, temperature, top_p, max_new_tokens)
+        if self.model is None:
+            raise RuntimeError("this HfEngine was shut down")
+        ids = tokenize_prompts(self.tokenizer, prompts)
+        samples: list[Sample] = []
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for start in range(0, len(prompts), self.batch_size):
+                chunk = slice(start, start + self.batch_size)
+                samples += self._generate_batch(prompts[chunk], ids[chunk], n, temperature, top_p, max_new_tokens)
+        return samples
+
+    def _generate_batch(
+        self, prompts: list[str], ids: list[list[int]], n: int, temperature: float, top_p: float,
+        max_new_tokens: int,
+    ) -> list[Sample]:  # fmt: skip
+        width = max(len(t) for t in ids)
+        input_ids = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, t in enumerate(ids):  # left padding
+            input_ids[i, width - len(t) :] = torch.tensor(t)
+            mask[i, width - len(t) :] = 1
+        sampling: dict[str, Any] = {"do_sample": False}
+        if temperature > 0:
+            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+        out = self.model.generate(
+            input_ids=input_ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=n,
+            eos_token_id=self.eos_id,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+            **sampling,
+        )
+        new = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits: [batch * n, steps, vocab]
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
+        samples = []
+        for row in range(new.shape[0]):
+            tokens = new[row].tolist()
+            finish = "length"
+            if self.eos_id is not None and self.eos_id in tokens:
+                tokens = tokens[: tokens.index(self.eos_id) + 1]
+                finish = "stop"
+            p = row // n
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            samples.append(Sample(prompts[p], list(ids[p]), tokens, text, logp[row, : len(tokens)].tolist(), finish))
+        return samples
+
+    # --- weights ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def update_weights(self, weights: Weights) -> int:
+        """Copy tensors into the model's parameters/buffers by HF name; all names must exist, shapes match."""
+        if self.model is None:
+            raise RuntimeError("this HfEngine was shut down")
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(self.model.named_buffers())
+        count = 0
+        for name, tensor in named_tensors(weights):
+            target = targets.get(name)
+            if target is None:
+                raise KeyError(f"weight {name!r} is not a parameter or buffer of {self.model_path}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"weight {name!r} has shape {tuple(tensor.shape)}; the model expects {tuple(target.shape)}"
+                )
+            target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+            count += 1
+        if count == 0:
+            raise ValueError("weight update with no tensors: expected at least one (name, tensor)")
+        return count
+
+    def reset_prefix_cache(self) -> None:
+        """Nothing cached between calls: no-op."""
+
+    # --- memory ----------------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        if self.device.type != "cuda":
+            log.info("HfEngine sleep() is a no-op on %s", self.device)
+            return
+        self.model.to("cpu")
+        torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        if self.device.type != "cuda":
+            log.info("HfEngine wake_up() is a no-op on %s", self.device)
+            return
+        self.model.to(self.device)
+
+    def shutdown(self) -> None:
+        self.model = None

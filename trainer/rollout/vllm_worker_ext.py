@@ -1,0 +1,125 @@
+"""A vLLM worker extension: how new policy weights get into a running vLLM engine.
+
+Passed as ``LLM(worker_extension_cls="trainer.rollout.vllm_worker_ext.WeightSyncExtension")``; vLLM mixes the
+class into its Worker, so its methods run inside every engine worker and are called through
+``llm.collective_rpc("rlrun_...")``. Every attribute is prefixed ``rlrun_``: vLLM refuses an extension
+whose attribute names clash with the Worker's (``update_weights`` is taken).
+
+Weights always go through the worker's own ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``
+(HF checkpoint names; vLLM fuses q/k/v and gate/up itself), in ONE call per update: the layer-wise reload
+buffers a layer until all its weights arrived, so a layer split over two calls would be loaded half-empty.
+Calling ``model.load_weights`` directly fails on CPU, where the linear weights are replaced by packed
+kernels after loading (see notes/vllm-on-cpu.md).
+
+The caller must reset the prefix cache after every update (:class:`trainer.rollout.vllm_engine.VllmEngine`
+does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from trainer import sync
+
+log = logging.getLogger(__name__)
+
+
+def _counted(pairs: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
+    for pair in pairs:
+        counter[0] += 1
+        yield pair
+
+
+def _blob_tensors(blobs: list[bytes]) -> Iterator[tuple[str, torch.Tensor]]:
+    for blob in blobs:
+        yield from sync.from_safetensors_bytes(blob).items()
+
+
+class WeightSyncExtension:
+    """Methods mixed into vLLM's Worker (``self`` is the worker); see the module docstring."""
+
+    rlrun_sync_group: sync.SyncGroup | None = None
+
+    def rlrun_reload(self, pairs: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load ``(HF name, tensor)`` pairs with one ``reload_weights`` call; returns how many were loaded."""
+        counter = [0]
+        self.reload_weights(weights_iterator=_counted(pairs, counter), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        if counter[0] == 0:
+            raise ValueError("weight update with no tensors: expected at least one (name, tensor)")
+        return counter[0]
+
+    def rlrun_load_safetensors(self, blobs: bytes | list[bytes]) -> int:
+        """Load one update given as safetensors blob(s) (:func:`trainer.sync.to_safetensors_bytes`)."""
+        if isinstance(blobs, bytes | bytearray):
+            blobs = [bytes(blobs)]
+        return self.rlrun_reload(_blob_tensors(list(blobs)))
+
+    def rlrun_init_sync_group(
+        self, master_addr: str, master_port: int, rank_offset: int, world_size: int, backend: str = "gloo",
+        timeout_s: float = 600.0,
+    ) -> int:  # fmt: skip
+        """Join a dedicated weight-sync group as rank ``rank_offset + worker rank``; returns that rank.
+
+        The sender (trainer rank 0) is group rank 0; engine ``i`` with tensor-parallel size ``tp`` usually
+        takes ``rank_offset = 1 + i * tp``. Blocks until every member joined.
+        """
+        if self.rlrun_sync_group is not None:
+            raise RuntimeError("this worker is already in a weight-sync group; close it first")
+        rank = rank_offset + int(self.rank)  # type: ignore[attr-defined]
+        device = None
+        if backend == "nccl":
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.rlrun_sync_group = sync.make_sync_group(
+            master_addr, master_port, rank, world_size, backend=backend, timeout_s=timeout_s, device=device
+        )
+        log.info("worker %s joined weight-sync group %s:%s as rank %d/%d (%s)",
+                 self.rank, master_addr, master_port, rank, world_size, backend)  # type: ignore[attr-defined]  # fmt: skip
+        return rank
+
+    def rlrun_receive_weights(self, src: int = 0) -> int:
+        """Receive one bucket stream (:func:`trainer.sync.broadcast_buckets`) and load it; returns the count."""
+        group = self.rlrun_sync_group
+        if group is None:
+            raise RuntimeError("rlrun_receive_weights before rlrun_init_sync_group: no weight-sync group")
+        return self.rlrun_reload(sync.iter_received_tensors(group, src))
+
+    def rlrun_close_sync_group(self) -> None:
+        """Leave the weight-sync group (shuts its backend down, drops it and its store)."""
+        group, self.rlrun_sync_group = self.rlrun_sync_group, None
+        if group is not None:
+            sync.close_sync_group(group)
+
+    @torch.no_grad()
+    def rlrun_read_weights(self) -> bytes:
+        """The weights the model computes with, as a safetensors blob in vLLM's names (for tests/debugging).
+
+        Parameters are read directly, with vocabulary padding rows cut off (``org_vocab_size``). On CPU
+        vLLM drops linear weights after packing them for its GEMM kernels (the parameter is left empty),
+        so those are recovered through the layer's own kernel: ``W = apply(layer, I).T`` with an identity
+        input, which is exact (each output is one weight times 1 plus zeros). Names are vLLM's: fused
+        ``qkv_proj`` (rows q, k, v) and ``gate_up_proj`` (rows gate, up). Only meaningful for
+        tensor-parallel size 1 (each worker returns its own shard otherwise).
+        """
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        out: dict[str, torch.Tensor] = {}
+        for mod_name, mod in model.named_modules():
+            for p_name, param in mod.named_parameters(recurse=False):
+                name = f"{mod_name}.{p_name}" if mod_name else p_name
+                out[name] = _effective_tensor(mod, p_name, param).cpu()
+        return sync.to_safetensors_bytes(out)
+
+
+def _effective_tensor(mod: Any, p_name: str, param: torch.Tensor) -> torch.Tensor:
+    if p_name == "weight" and param.numel() == 0 and hasattr(mod, "quant_method"):
+        k = int(mod.input_size_per_partition)
+        eye = torch.eye(k, dtype=param.dtype, device=param.device)
+        return mod.quant_method.apply(mod, eye, None).t().contiguous()
+    t = param.detach().clone()
+    org = getattr(mod, "org_vocab_size", None)
+    if org is not None and p_name == "weight":
+        t = t[:org]
+    return t
