@@ -52,8 +52,10 @@ lint: venv
 	ansible-lint --profile production --offline
 
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must.
+# In-process vLLM tests run in a second process (see pyproject's vllm_inproc marker).
 pytest: venv
 	python -m pytest -ra
+	python -m pytest -ra -m vllm_inproc
 
 molecule: venv
 	molecule test -s default

