@@ -55,7 +55,7 @@ lint: venv
 # In-process vLLM tests run in a second process (see pyproject's vllm_inproc marker).
 pytest: venv
 	python -m pytest -ra
-	python -m pytest -ra -m vllm_inproc
+	python -m pytest -ra -m vllm_inproc tests/integration/test_vllm_engine.py
 
 molecule: venv
 	molecule test -s default
