@@ -225,6 +225,9 @@ class Trainer:
     # --- run -----------------------------------------------------------------------------------------
 
     def fit(self) -> None:
+        cfg = self.cfg
+        self.metrics.plan(total_steps=cfg.num_episodes * self.sampler.batches_per_episode,
+                          start_step=self.step_no, algorithm=cfg.advantage_estimator)
         while self.sampler.episode < self.cfg.num_episodes:
             self.step()
         self.policy.run("save_hf", self.cfg.save_path)

@@ -1,5 +1,14 @@
 """Metrics: console, JSON lines, TensorBoard (when configured). Names are namespaced
-(`reward/mean`, `loss/policy`, `timing/generate`)."""
+(`reward/mean`, `loss/policy`, `timing/generate`).
+
+The console gets, per logged step, a line for people and a line for tools (``rlrun submit
+--follow``'s progress bar, ``rlrun plot``), which read the job's log through Ray's Jobs API::
+
+    step 3: reward/mean=0.25 ... | generate=0.41s ...
+    @metrics {"step": 3, "time": 1763712000.0, "reward/mean": 0.25, ...}
+
+and once, before the first step, ``@plan {"total_steps": N, ...}``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,21 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+METRICS_TAG = "@metrics"
+PLAN_TAG = "@plan"
+
+
+def parse_log_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """``("metrics"|"plan", payload)`` for a tool line of a job log, else None."""
+    for tag in (METRICS_TAG, PLAN_TAG):
+        if line.startswith(tag + " "):
+            try:
+                payload = json.loads(line[len(tag) + 1:])
+            except ValueError:
+                return None
+            return (tag[1:], payload) if isinstance(payload, dict) else None
+    return None
 
 
 class MetricsLogger:
@@ -37,6 +61,11 @@ class MetricsLogger:
         shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("timing/"))
         timing = " ".join(f"{k[7:]}={v:.2f}s" for k, v in sorted(metrics.items()) if k.startswith("timing/"))
         self.print(f"step {step}: {shown} | {timing}", flush=True)
+        self.print(f"{METRICS_TAG} {json.dumps(row)}", flush=True)
+
+    def plan(self, **info: Any) -> None:
+        """Announce the run's shape (``total_steps`` at least) for progress displays."""
+        self.print(f"{PLAN_TAG} {json.dumps(info)}", flush=True)
 
     def close(self) -> None:
         if self.jsonl:
