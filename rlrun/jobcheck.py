@@ -313,10 +313,13 @@ def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jo
 
     nodes = tuple(NodeView(n.node_ip, n.cpus, n.gpus, n.is_head)
                   for n in list_nodes(cluster.dashboard_url, cluster.token) if n.alive)
+    request = probe_request(cfg, workdir)
+    if not any(request.values()):  # nothing on the nodes to look at
+        return ClusterView(nodes, {}, "this machine", {})
     if not probe:
         return ClusterView(nodes, {u: reward_health(u) for u in cfg.remote_rm_url}, "this machine", None)
     from rlrun.probe import run_probe
 
-    found = run_probe(jobs, probe_request(cfg, workdir))
+    found = run_probe(jobs, request)
     missing = {k: tuple(v) for k, v in found["missing"].items()}
     return ClusterView(nodes, found["reward"], f"the head {found['head']}", missing)
