@@ -71,3 +71,11 @@ def test_tiny_rloo_follows_to_the_end_and_plots(cluster, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert re.search(r"reward: [^;]*reward/mean", plotted.stdout), plotted.stdout
     assert "phase timings: timing/generate, timing/make_experience, timing/sync, timing/train" in plotted.stdout
+
+
+def test_follow_exits_non_zero_when_the_job_fails_and_keeps_its_output(cluster):
+    result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c",
+                   "print('before the failure'); import sys; sys.exit(3)")
+    assert result.returncode == 1, result.stderr
+    assert "before the failure" in result.stdout.splitlines()
+    assert re.search(r"job rlrun-\S+: FAILED\n", result.stderr) and "ended FAILED" in result.stderr
