@@ -301,6 +301,8 @@ def _follow(jobs, job_id: str, inv: str) -> None:
     steps = f" after {follower.step}/{follower.total} steps" if follower.total is not None else ""
     summary = f"; last {follower.summary()}" if follower.summary() else ""
     err_console.print(f"job {job_id}: {final}{steps}{summary}", highlight=False, markup=False, soft_wrap=True)
+    if follower.curve():
+        err_console.print(follower.curve(), highlight=False, markup=False, soft_wrap=True)
     if final != "SUCCEEDED":
         info = jobs.info(job_id)
         raise RlrunError(f"job {job_id} ended {final}" + (f": {info.message}" if info.message else ""))

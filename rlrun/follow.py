@@ -37,6 +37,7 @@ class LogFollower:
         self.total: int | None = None
         self.step = 0
         self.last: dict[str, Any] = {}
+        self.rewards: dict[int, float] = {}  # step -> reward/mean, for the curve at the end
         self.progress: Progress | None = None
         self.task = None
 
@@ -87,6 +88,8 @@ class LogFollower:
     def metrics(self, row: dict[str, Any]) -> None:
         self.step = int(row.get("step", self.step + 1))
         self.last = row
+        if isinstance(row.get(REWARD_KEY), int | float):
+            self.rewards[self.step] = float(row[REWARD_KEY])
         text = self.summary()
         if self.progress is not None:
             self.progress.update(self.task, completed=self.step, description=text)
@@ -100,6 +103,19 @@ class LogFollower:
             if isinstance(self.last.get(key), int | float):
                 parts.append(f"{key}={self.last[key]:.4g}")
         return " ".join(parts)
+
+    def curve(self, points: int = 8) -> str:
+        """The reward curve as text: the mean reward over ~`points` equal runs of steps."""
+        steps = sorted(self.rewards)
+        if not steps:
+            return ""
+        width = max(1, -(-len(steps) // points))
+        parts = []
+        for i in range(0, len(steps), width):
+            run = steps[i:i + width]
+            mean = sum(self.rewards[s] for s in run) / len(run)
+            parts.append(f"{run[0]}-{run[-1]}: {mean:.2f}" if len(run) > 1 else f"{run[0]}: {mean:.2f}")
+        return f"{REWARD_KEY} by step  " + " | ".join(parts)
 
     def close(self) -> None:
         self.flush()

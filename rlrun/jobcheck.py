@@ -9,15 +9,8 @@ from the head, where the trainer's driver runs.
 
 Batch arithmetic is not here: building the TrainerConfig already ran the trainer's own rules.
 
-Placement mirrors the trainer (``trainer/loop.py`` ``Trainer.__init__`` / ``_start_engines`` and
-``trainer/actors/group.py`` ``reserve``): the trainer uses GPUs when the cluster has any; each model
-group (policy, reference, critic) is a PACK placement group of ``num_nodes x gpus_per_node``
-bundles of ``{GPU: 1, CPU: 1}`` (``{CPU: 0.5}`` on a CPU-only cluster); with
-``--colocate_all_models`` the reference and critic share the policy's group and the vLLM engines
-take a 0.25 share of the actor's GPUs (the colocation rule of the trainer's config: engines x TP =
-actor GPUs; ``gpus_required`` = the actor's GPUs); otherwise each engine is one actor that needs
-``TP`` GPUs on one node. Every engine (and the HF engine) takes 1 CPU (0.5 without GPUs) outside the
-groups. The critic is placed like the reference (its group is not in the trainer yet).
+Placement is the trainer's own (:func:`trainer.placement.requests`, which ``trainer.loop`` uses too),
+so this check and the job cannot disagree about what the job asks for.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.config import TrainerConfig
+from trainer.placement import Request, requests
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -77,40 +71,9 @@ class Report:
 
 
 # --- placement ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Request:
-    """``count`` resource requests of the trainer: bundles of one placement group, or separate actors."""
-
-    what: str
-    count: int
-    cpu: float
-    gpu: float
-    bundles: bool  # True: one PACK placement group of `count` bundles; False: `count` actors
-
-
 def uses_gpus(view: ClusterView, expects_gpus: bool) -> bool:
     """The trainer uses GPUs when the cluster has any; a GPU preset is judged as a GPU job regardless."""
     return expects_gpus or view.gpus >= 1
-
-
-def trainer_requests(cfg: TrainerConfig, gpus: bool) -> list[Request]:
-    """The Ray resources the trainer asks for, in the order it asks (see the module docstring)."""
-    cpu = 1.0 if gpus else 0.5
-    gpu = 1.0 if gpus else 0.0
-    reqs = [Request(f"actor {cfg.actor_num_nodes} x {cfg.actor_num_gpus_per_node}", cfg.actor_world_size,
-                    cpu, gpu, True)]
-    for role, present in (("ref", cfg.needs_ref), ("critic", cfg.needs_critic)):
-        if present and not cfg.colocate_all_models:
-            nodes, per = getattr(cfg, f"{role}_num_nodes"), getattr(cfg, f"{role}_num_gpus_per_node")
-            name = "reference" if role == "ref" else role
-            reqs.append(Request(f"{name} {nodes} x {per}", nodes * per, cpu, gpu, True))
-    if cfg.rollout_backend == "vllm":
-        tp = cfg.vllm_tensor_parallel_size
-        reqs.append(Request(f"vLLM engine (TP {tp})", cfg.vllm_num_engines or 0, cpu,
-                            0.0 if cfg.colocate_all_models else tp * gpu, False))
-    else:
-        reqs.append(Request("HF rollout engine", 1, cpu, 0.0 if cfg.colocate_all_models else gpu, False))
-    return reqs
 
 
 def _gpu_arithmetic(cfg: TrainerConfig) -> str:
@@ -180,7 +143,7 @@ def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
 
 def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
     gpus = uses_gpus(view, expects_gpus)
-    reqs = trainer_requests(cfg, gpus)
+    reqs = requests(cfg, gpus)
     need_cpu = sum(r.count * r.cpu for r in reqs)
     need_gpu = sum(r.count * r.gpu for r in reqs)
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)

@@ -50,19 +50,26 @@ def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path
     assert "refused: the job cannot run on cluster pytest-presets (2 problems)" in err, err
 
 
-def test_tiny_rloo_follows_to_the_end_and_plots(cluster, tmp_path):
+def test_tiny_rloo_learns_follows_to_the_end_and_plots(cluster, tmp_path):
+    """The embedded default job: warm-up, then RLOO rewarded by the deployed reward service; the mean
+    reward must rise from the warm-up's level (~0.1) to most answers right."""
     job = "pytest-tiny-rloo"
     result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--submission-id", job, "--follow", timeout=900)
+                   "--submission-id", job, "--follow", timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     err = result.stderr
-    assert f"making {tmp_path}/build/tiny/model" in err
-    assert re.search(r"CPUs \(Ray resources\): .* = 1\.5; the cluster has 2", err), err
+    assert f"making {tmp_path}/build/tiny/model-h128" in err
+    assert re.search(r"CPUs \(Ray resources\): .* = 0\.75; the cluster has 2", err), err
     assert "reward service" in err and ": ok (asked from the head" in err, err
-    steps = re.findall(r"^\[(\d+)/4\] reward/mean=", err, re.M)
-    assert steps == ["1", "2", "3", "4"], err[-3000:]
-    assert f"job {job}: SUCCEEDED after 4/4 steps" in err
-    assert "@metrics" not in result.stdout and "step 4:" in result.stdout
+    progress = re.findall(r"^\[(\d+)/128\] reward/mean=([0-9.e-]+)", err, re.M)
+    assert [int(s) for s, _ in progress] == list(range(1, 129)), err[-3000:]
+    assert f"job {job}: SUCCEEDED after 128/128 steps" in err
+    assert "warm-up step 25/25" in result.stdout and "step 128:" in result.stdout
+    assert "@metrics" not in result.stdout
+    rewards = [float(r) for _, r in progress]
+    first, last = sum(rewards[:8]) / 8, sum(rewards[-16:]) / 16
+    assert first <= 0.3 and last >= 0.75, (first, last, rewards)
+    assert "reward/mean by step  1-16: " in err
     assert (tmp_path / "build" / "tiny" / "rloo" / "config.json").exists()
 
     png = tmp_path / "tiny.png"

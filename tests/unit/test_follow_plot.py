@@ -80,3 +80,14 @@ def test_a_step_logged_twice_keeps_its_last_row_and_other_lines_are_ignored():
              '@metrics {"step": 1, "reward/mean": 0.5}', '@metrics {"step": 2, "reward/mean": 1.0}']
     plan, rows = read_log(lines)
     assert plan == {} and [r["reward/mean"] for r in rows] == [0.5, 1.0]
+
+
+def test_curve_averages_the_reward_over_runs_of_steps():
+    text, _ = trainer_log(steps=10)
+    follower = LogFollower(Console(file=io.StringIO()), out=io.StringIO(), live=False)
+    follower.write(text)
+    follower.close()
+    # rewards 0.1 .. 1.0; 10 steps in runs of 2 at points=5
+    assert follower.curve(points=5) == ("reward/mean by step  1-2: 0.15 | 3-4: 0.35 | 5-6: 0.55 | 7-8: 0.75 | "
+                                        "9-10: 0.95")
+    assert LogFollower(Console(file=io.StringIO()), out=io.StringIO(), live=False).curve() == ""

@@ -43,7 +43,8 @@ def test_32b_rloo_on_the_one_machine_cluster_is_refused_with_the_gpu_arithmetic(
     assert report.problems[0] == (
         "not enough GPUs: actor 2 x 4 = 8 (with reference 2 x 4 = 8, vLLM 2 engines x TP 4 = 8 on the actor's "
         "GPUs: --colocate_all_models) = 8 GPUs needed, the cluster has 0 (1 node (127.0.0.2 (head): 0 GPUs 2 CPUs))")
-    assert report.problems[1].startswith("not enough CPUs: actor 2 x 4: 8 x 1 + vLLM engine (TP 4): 2 x 1 = 10 CPUs")
+    # Colocated engines live on the actor's bundles (trainer.placement): only the actor's CPUs count.
+    assert report.problems[1].startswith("not enough CPUs: actor 2 x 4: 8 x 1 = 8 CPUs")
 
 
 def test_colocation_fits_one_node_of_eight_with_a_note_on_the_layout():
@@ -65,7 +66,7 @@ def test_enough_gpus_in_total_but_an_engine_does_not_fit_on_one_node():
     # actor 6 + reference 6 + 1 engine of TP 4 = 16 GPUs, but the groups leave 2 + 2 free on the two nodes
     cfg, gpus = job("tiny-rloo", "actor_num_gpus_per_node=6", "ref_num_gpus_per_node=6",
                     "vllm_tensor_parallel_size=4", "rollout_batch_size=12", "train_batch_size=48",
-                    "micro_rollout_batch_size=4")
+                    "micro_rollout_batch_size=4", "micro_train_batch_size=8")
     report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
     assert report.problems == [
         "vLLM engine (TP 4) 1 of 1 needs 4 GPU + 1 CPU on one node; free then: 10.0.0.5: 2 GPUs 58 CPUs, "
@@ -89,13 +90,13 @@ def test_a_group_that_fits_in_total_but_not_in_free_bundles_is_refused():
                                "10.0.0.5: 8 GPUs 40 CPUs, 10.0.0.4: 8 GPUs 4 CPUs"]
 
 
-def test_cpu_cluster_counts_half_a_cpu_per_rank_and_engine():
+def test_cpu_cluster_counts_a_quarter_cpu_per_rank_and_engine():
     cfg, gpus = job("tiny-ppo")
     assert check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus).ok
-    report = check(cfg, healthy((NodeView("127.0.0.6", 1, 0, True),)), expects_gpus=gpus)
+    report = check(cfg, healthy((NodeView("127.0.0.6", 0.5, 0, True),)), expects_gpus=gpus)
     assert report.problems[0].startswith(
-        "not enough CPUs: actor 1 x 1: 1 x 0.5 + reference 1 x 1: 1 x 0.5 + critic 1 x 1: 1 x 0.5 + vLLM engine "
-        "(TP 1): 1 x 0.5 = 2 CPUs of Ray resources needed (a rank or engine takes 0.5), the cluster has 1")
+        "not enough CPUs: actor 1 x 1: 1 x 0.25 + reference 1 x 1: 1 x 0.25 + critic 1 x 1: 1 x 0.25 + vLLM engine "
+        "(TP 1): 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
 
 
 def test_a_cpu_preset_on_a_gpu_cluster_is_placed_on_gpus_as_the_trainer_does():

@@ -65,7 +65,7 @@ def test_32b_rloo_is_the_seed_004_job_flag_for_flag():
 def test_placeholders_expand_to_workdir_and_the_inventorys_reward_services():
     cfg = build("tiny-rloo", context={"workdir": "/home/u/proj",
                                       "reward_url": "http://a:5001/get_reward,http://b:5001/get_reward"})
-    assert cfg.pretrain == "/home/u/proj/build/tiny/model"
+    assert cfg.pretrain == "/home/u/proj/build/tiny/model-h128"
     assert cfg.remote_rm_url == ("http://a:5001/get_reward", "http://b:5001/get_reward")
 
 
@@ -86,25 +86,26 @@ def test_user_presets_come_from_the_env_and_the_option_and_shadow_built_ins(tmp_
     env_dir.mkdir()
     opt_dir.mkdir()
     tiny = (P.BUILTIN_DIR / "tiny-rloo.yaml").read_text()
-    (env_dir / "my-job.yaml").write_text(tiny.replace("num_episodes: 1", "num_episodes: 2"))
-    (opt_dir / "tiny-rloo.yaml").write_text(tiny.replace("max_samples: 32", "max_samples: 64"))
+    (env_dir / "my-job.yaml").write_text(tiny.replace("num_episodes: 16", "num_episodes: 2"))
+    (opt_dir / "tiny-rloo.yaml").write_text(tiny.replace("rollout_batch_size: 16", "rollout_batch_size: 32"))
     monkeypatch.setenv("RLRUN_PRESETS_DIR", str(env_dir))
     dirs = P.preset_dirs([opt_dir])
     assert P.load_preset("my-job", dirs).values["num_episodes"] == 2
     shadow = P.load_preset("tiny-rloo", dirs)
     assert shadow.path == opt_dir / "tiny-rloo.yaml" and not shadow.builtin
-    assert P.build_config(shadow, {}, CONTEXT).max_rollouts_per_episode == 8
+    assert P.build_config(shadow, {}, CONTEXT).max_rollouts_per_episode == 4
 
 
 def test_tiny_artifacts_are_made_when_missing(tmp_path):
     preset = P.load_preset("tiny-rloo", P.preset_dirs())
     context = {"workdir": str(tmp_path), "reward_url": "http://x/get_reward"}
     todo = P.missing_artifacts(preset, context)
-    assert [p for p, _ in todo] == [tmp_path / "build/tiny/model", tmp_path / "build/tiny/copy64.jsonl"]
+    model, data = tmp_path / "build/tiny/model-h128", tmp_path / "build/tiny/copy1-128.jsonl"
+    assert [p for p, _ in todo] == [model, data]
     P.make_artifacts(todo[1:], log=lambda _: None)  # the data set (the model is made by the integration test)
-    lines = (tmp_path / "build/tiny/copy64.jsonl").read_text().splitlines()
-    assert len(lines) == 64 and '"answer"' in lines[0]
-    assert [p for p, _ in P.missing_artifacts(preset, context)] == [tmp_path / "build/tiny/model"]
+    lines = (tmp_path / "build/tiny/copy1-128.jsonl").read_text().splitlines()
+    assert len(lines) == 128 and '"answer"' in lines[0] and '"solution": "\\\\boxed{' in lines[0]
+    assert [p for p, _ in P.missing_artifacts(preset, context)] == [model]
 
 
 def test_a_trainer_command_after_the_double_dash_is_validated_as_the_trainer_would():
@@ -176,18 +177,18 @@ def test_all_problems_of_several_overrides_are_reported_together():
 GOOD = (P.BUILTIN_DIR / "tiny-rloo.yaml").read_text()
 BAD_FILES = [
     (GOOD + "flags:\n  bf16: true\n", r"unknown key 'flags': a preset has description, hardware, make, config"),
-    (GOOD.replace("  num_episodes: 1", "  num_epsiodes: 1"),
+    (GOOD.replace("  num_episodes: 16", "  num_epsiodes: 16"),
      r"config: num_epsiodes: not a trainer flag \(did you mean num_episodes\?\)"),
-    (GOOD.replace("  max_samples: 32", "  max_samples: [32"), r"not valid YAML"),
+    (GOOD.replace("  max_samples: 128", "  max_samples: [128"), r"not valid YAML"),
     (GOOD.replace("accelerator: cpu", "accelerator: tpu"), r"hardware.accelerator 'tpu': expected gpu or cpu"),
     (GOOD.replace("hardware: {accelerator: cpu, nodes: 1, gpus_per_node: 0}", "hardware: 8"),
      r"hardware: expected \{accelerator: gpu\|cpu, nodes: N, gpus_per_node: G\}"),
     (GOOD.replace('"{workdir}/build/tiny/rloo"', '"{home}/out"'), r"save_path: unknown placeholder \{home\}"),
-    (GOOD.replace("[model]", "[download, Qwen/Qwen2.5-7B]"), r"make: \{workdir\}/build/tiny/model: expected "
+    (GOOD.replace("[model, --hidden-size, \"128\"]", "[download, Qwen/Qwen2.5-7B]"), r"make: \{workdir\}/build/tiny/model-h128: expected "
                                                              r"\[model\|dataset, ARGS...\]"),
-    (GOOD.replace("  train_batch_size: 16", "  train_batch_size: big"),
+    (GOOD.replace("  train_batch_size: 32", "  train_batch_size: big"),
      r"config: train_batch_size: 'big': expected an integer"),
-    (GOOD.replace("  train_batch_size: 16", "  grad_accum_steps: 2"), r"config: grad_accum_steps is derived"),
+    (GOOD.replace("  train_batch_size: 32", "  grad_accum_steps: 2"), r"config: grad_accum_steps is derived"),
     (GOOD.replace("description: tiny", "descr: tiny"), r"description: expected one line of text"),
     ("- just\n- a list\n", r"expected a mapping with keys description, hardware, make, config, got list"),
 ]

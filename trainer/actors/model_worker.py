@@ -119,6 +119,25 @@ class ModelWorker(DistributedWorker):
             total += loss.item() / len(micro_batches)
         return total
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Set the optimizer's learning rate (the supervised warm-up uses its own)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def load_full_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Overwrite the parameters with a full state (as full_state gives it); every rank must call it."""
+        import deepspeed
+
+        params = dict(self.engine.module.named_parameters())
+        if set(params) != set(state):
+            raise ValueError(f"state has {len(state)} tensors, the model {len(params)}; "
+                             f"differing names: {sorted(set(params) ^ set(state))[:5]}")
+        for name, param in params.items():
+            with deepspeed.zero.GatheredParameters([param], modifier_rank=0, enabled=hasattr(param, "ds_id")):
+                if self.rank == 0 or not hasattr(param, "ds_id"):
+                    param.data.copy_(state[name].to(param.dtype))
+
     def full_state(self) -> dict[str, torch.Tensor] | None:
         """Full (gathered) parameters on rank 0, None on the others; every rank must call it."""
         import deepspeed
