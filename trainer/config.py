@@ -81,6 +81,10 @@ class TrainerConfig:
     vllm_sync_backend: Literal["nccl", "gloo"] = flag(
         "nccl", "Backend of the DeepSpeed -> vLLM weight broadcast.", group=V
     )
+    sync_bucket_bytes: int = flag(
+        256 << 20, "Bytes per bucket of the policy -> engines weight broadcast (gathered parameters are packed "
+        "into buckets of this size: one collective per bucket, not per tensor).", group=V, ge=1 << 16,
+    )  # fmt: skip
     vllm_gpu_memory_utilization: float = flag(
         0.95, "Fraction of each GPU's memory vLLM may use (gpu_memory_utilization).", group=V, gt=0, le=1
     )

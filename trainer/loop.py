@@ -81,6 +81,8 @@ class Trainer:
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed)
         self.engines = self._start_engines(use_gpus)
+        self.sync_backend = self._init_weight_sync(use_gpus)
+        self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
         self.norm = RunningMeanStd() if cfg.normalize_reward else None
         self.step_no = 0
@@ -101,7 +103,9 @@ class Trainer:
             kwargs = dict(tensor_parallel_size=cfg.vllm_tensor_parallel_size,
                           gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                           enable_prefix_caching=cfg.enable_prefix_caching, enable_sleep=cfg.vllm_enable_sleep,
-                          enforce_eager=cfg.enforce_eager, seed=cfg.seed)
+                          enforce_eager=cfg.enforce_eager, seed=cfg.seed,
+                          # the policy's dtype: samples come from the weights that are trained
+                          dtype="bfloat16" if cfg.bf16 else "float32")
             count, gpus = cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size
         else:
             from trainer.rollout.hf_engine import HfEngine as engine_cls
@@ -199,7 +203,10 @@ class Trainer:
                                        temperature=cfg.temperature, top_p=cfg.top_p,
                                        max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no)
                 for engine, idx in zip(self.engines, parts, strict=True) if idx]
-        return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
+        samples = [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
+        if self._sleeps:  # colocated on GPUs: hand the memory back to training until the next sync
+            ray.get([engine.sleep.remote() for engine in self.engines])
+        return samples
 
     def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
         cfg = self.cfg
@@ -265,13 +272,43 @@ class Trainer:
                 steps += 1
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
-    def sync_weights(self) -> None:
-        """Policy -> engines: gathered ZeRO-3 weights as safetensors bytes; engines reset their prefix cache."""
+    def _init_weight_sync(self, use_gpus: bool) -> str:
+        """The policy -> engines broadcast group: policy rank 0 (sender) + every engine's TP workers.
+
+        vLLM engines get one (NCCL on GPUs as --vllm_sync_backend says; gloo without GPUs); the HF engine
+        takes safetensors bytes through Ray instead. Returns the transport for the logs."""
         import ray
 
-        state = self.policy.run("full_state")[0]
-        blob = to_safetensors_bytes(state)
-        ray.get([engine.update_weights.remote(blob) for engine in self.engines])
+        cfg = self.cfg
+        if cfg.rollout_backend != "vllm":
+            return "safetensors"
+        backend = cfg.vllm_sync_backend if use_gpus else "gloo"
+        if backend != cfg.vllm_sync_backend:
+            print(f"weight sync: --vllm_sync_backend {cfg.vllm_sync_backend} needs GPUs; this cluster has none, "
+                  "so gloo", flush=True)
+        tp = cfg.vllm_tensor_parallel_size
+        world = 1 + len(self.engines) * tp
+        addr, port = ray.get(self.policy.actors[0].rendezvous_address.remote())
+        joins = [engine.init_weight_sync_group.remote(addr, port, 1 + i * tp, world, backend)
+                 for i, engine in enumerate(self.engines)]
+        ray.get([self.policy.actors[0].init_weight_sync.remote(addr, port, world, backend), *joins])
+        print(f"weight sync: {backend} broadcast group of {world} (policy rank 0 + {len(self.engines)} engines "
+              f"x TP {tp}) at {addr}:{port}", flush=True)
+        return backend
+
+    def sync_weights(self) -> None:
+        """Policy -> engines: the gathered ZeRO-3 weights, broadcast in buckets (or safetensors bytes to the
+        HF engine); the engines reset their prefix cache."""
+        import ray
+
+        if self.sync_backend == "safetensors":
+            blob = to_safetensors_bytes(self.policy.run("full_state")[0])
+            ray.get([engine.update_weights.remote(blob) for engine in self.engines])
+            return
+        if self._sleeps:  # wake before the weights arrive; the next generate sends them back to sleep
+            ray.get([engine.wake_up.remote() for engine in self.engines])
+        receives = [engine.receive_weights.remote() for engine in self.engines]
+        ray.get(self.policy.async_run("broadcast_weights", self.cfg.sync_bucket_bytes) + receives)
 
     # --- checkpoints ---------------------------------------------------------------------------------
 

@@ -236,6 +236,8 @@ class VllmEngine(RolloutEngine):
         if not self.sleep_enabled:
             log.info("vLLM wake_up() is a no-op: sleep mode is off")
             return
+        if not self.asleep:
+            return
         self.llm.wake_up()
         self.asleep = False
         self.reset_prefix_cache()
