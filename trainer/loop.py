@@ -23,7 +23,7 @@ from trainer.algorithms import RunningMeanStd, compute_advantages_and_returns, n
 from trainer.data import PromptSampler, prompts_from_config
 from trainer.experience import Experience, build_experience, shard
 from trainer.losses import compute_kl, masked_mean
-from trainer.metrics import MetricsLogger, Timer
+from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import gpu_share, process_cpus
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
@@ -86,8 +86,10 @@ class Trainer:
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
         self.norm = RunningMeanStd() if cfg.normalize_reward else None
         self.step_no = 0
+        wandb = (WandbLogger(cfg.use_wandb, cfg.wandb_project, cfg.wandb_run_name, cfg.to_dict(redact=True))
+                 if cfg.use_wandb else None)
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
-                                     cfg.use_tensorboard)
+                                     cfg.use_tensorboard, wandb=wandb)
         if cfg.sft_warmup_steps:
             self.warmup()
         if cfg.load_checkpoint:
@@ -281,6 +283,12 @@ class Trainer:
 
         cfg = self.cfg
         if cfg.rollout_backend != "vllm":
+            return "safetensors"
+        if cfg.colocate_all_models and use_gpus:
+            # An engine on the same GPU as policy rank 0 cannot join an NCCL group with it (NCCL refuses
+            # two ranks on one device: "Duplicate GPU detected"); CUDA IPC handles would be the fast path.
+            print("weight sync: colocated on GPUs, so safetensors bytes through Ray (NCCL cannot broadcast "
+                  "between two processes on one GPU)", flush=True)
             return "safetensors"
         backend = cfg.vllm_sync_backend if use_gpus else "gloo"
         if backend != cfg.vllm_sync_backend:

@@ -1,4 +1,4 @@
-"""Metrics: console, JSON lines, TensorBoard (when configured). Names are namespaced
+"""Metrics: console, JSON lines, TensorBoard and Weights & Biases (when configured). Names are namespaced
 (`reward/mean`, `loss/policy`, `timing/generate`).
 
 The console gets, per logged step, a line for people and a line for tools (``rlrun submit
@@ -34,8 +34,35 @@ def parse_log_line(line: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+class WandbLogger:
+    """Weights & Biases (``--use_wandb``): one run per training job, metrics per step, config attached.
+
+    ``key`` is an API key, or ``"env"`` for WANDB_API_KEY / a stored login; ``WANDB_MODE=offline`` writes the
+    run under ``WANDB_DIR`` for a later ``wandb sync`` (clusters without internet)."""
+
+    def __init__(self, key: str, project: str, run_name: str | None, config: dict[str, Any]):
+        import os
+
+        try:
+            import wandb
+        except ImportError:
+            raise RuntimeError("--use_wandb needs the wandb package, which is not installed: pip install "
+                               "'rlrun[wandb]' on the nodes, or drop --use_wandb") from None
+        if key and key != "env":
+            os.environ["WANDB_API_KEY"] = key  # this process and its children only; never logged
+        self.run = wandb.init(project=project, name=run_name or time.strftime("ppo_%Y%m%dT%H%M%S"),
+                              config=config)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 class MetricsLogger:
-    def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print):
+    def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print,
+                 wandb: WandbLogger | None = None):
         self.jsonl = None
         if jsonl_path:
             Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
@@ -49,6 +76,7 @@ class MetricsLogger:
                                    "pip install tensorboard or drop the flag") from None
             self.tb = SummaryWriter(tensorboard_dir)
         self.print = print_fn
+        self.wandb = wandb
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, "time": time.time(), **{k: float(v) for k, v in metrics.items()}}
@@ -58,6 +86,8 @@ class MetricsLogger:
         if self.tb:
             for key, value in metrics.items():
                 self.tb.add_scalar(key, value, step)
+        if self.wandb:
+            self.wandb.log(step, metrics)
         shown = " ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if not k.startswith("timing/"))
         timing = " ".join(f"{k[7:]}={v:.2f}s" for k, v in sorted(metrics.items()) if k.startswith("timing/"))
         self.print(f"step {step}: {shown} | {timing}", flush=True)
@@ -72,6 +102,8 @@ class MetricsLogger:
             self.jsonl.close()
         if self.tb:
             self.tb.close()
+        if self.wandb:
+            self.wandb.close()
 
 
 class Timer:

@@ -31,3 +31,46 @@ def test_timer_accumulates():
         with timer("x"):
             pass
     assert set(timer.times) == {"timing/x"} and timer.times["timing/x"] >= 0
+
+
+def test_wandb_run_gets_every_step_offline(tmp_path, monkeypatch):
+    """--use_wandb: a real wandb run in offline mode (no network); its summary holds the last step."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    from trainer.metrics import WandbLogger
+
+    run = WandbLogger("env", "rlrun-test", "unit", {"advantage_estimator": "rloo"})
+    logger = MetricsLogger(None, print_fn=lambda s, flush=True: None, wandb=run)
+    logger.log(1, {"reward/mean": 0.25})
+    logger.log(2, {"reward/mean": 0.75, "timing/train": 0.5})
+    logger.close()
+    history, config = _read_offline_run(tmp_path)
+    assert [(h.get("_step"), h.get("reward/mean")) for h in history] == [(1, 0.25), (2, 0.75)], history
+    assert history[1]["timing/train"] == 0.5
+    assert config.get("advantage_estimator") == "rloo"
+
+
+def _read_offline_run(wandb_dir):
+    """The history rows and config of the one offline run under wandb_dir, read from its record file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.sdk.internal import datastore
+
+    files = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1, files
+    store = datastore.DataStore()
+    store.open_for_scan(str(files[0]))
+    history, config = [], {}
+    while (data := store.scan_data()) is not None:
+        record = pb.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+        elif kind in ("run", "config"):  # the config comes with the run record, later changes as config
+            updates = record.run.config.update if kind == "run" else record.config.update
+            for item in updates:
+                value = json.loads(item.value_json)
+                config[item.key or "/".join(item.nested_key)] = value.get("value") if isinstance(value, dict) else value
+    return history, config
