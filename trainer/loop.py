@@ -42,6 +42,25 @@ def make_reward(cfg):
     return resolve_reward_fn(cfg.reward_fn)
 
 
+def engine_options(colocate: bool, use_gpus: bool, gpus: int, policy_pg: Any, bundles: int,
+                   index: int) -> dict[str, Any]:
+    """Ray actor options of rollout engine `index` (`gpus` GPUs each, its tensor-parallel size).
+
+    Colocated, the engine takes a GPU share inside the policy's placement group (bundle `index % bundles`),
+    beside the policy and reference ranks: that group already holds every GPU of the job, so an engine
+    asking for a share outside it would wait forever for a GPU that never frees up.
+    """
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    share = 0.25 if colocate else 1.0
+    options: dict[str, Any] = {"num_cpus": 1.0 if use_gpus else 0.5, "num_gpus": gpus * share if use_gpus else 0}
+    if colocate:
+        options["num_cpus"] = 0  # the bundle's CPU belongs to the policy rank
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group=policy_pg, placement_group_bundle_index=index % bundles)
+    return options
+
+
 class Trainer:
     def __init__(self, cfg):
         import ray
@@ -96,10 +115,10 @@ class Trainer:
             from trainer.rollout.hf_engine import HfEngine as engine_cls
 
             kwargs, count, gpus = {}, 1, 1
-        remote = ray.remote(engine_cls).options(
-            num_cpus=1.0 if use_gpus else 0.5,
-            num_gpus=(gpus * (0.25 if cfg.colocate_all_models else 1.0)) if use_gpus else 0)
-        return [remote.remote(cfg.pretrain, **kwargs) for _ in range(count)]
+        remote = ray.remote(engine_cls)
+        world = self.policy.spec.world_size
+        return [remote.options(**engine_options(cfg.colocate_all_models, use_gpus, gpus, self.policy.pg, world, i))
+                .remote(cfg.pretrain, **kwargs) for i in range(count)]
 
     # --- one RL step ---------------------------------------------------------------------------------
 
@@ -154,7 +173,9 @@ class Trainer:
         exp.scores = raw
         lengths = exp.action_mask.sum(-1)
         extra = {"reward/mean": raw.mean().item(), "reward/std": raw.std(unbiased=False).item(),
-                 "response_length/mean": lengths.mean().item()}
+                 "response_length/mean": lengths.mean().item(),
+                 # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
+                 "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel())}
         if kl is not None:
             extra["kl/mean"] = masked_mean(kl, exp.action_mask).item()
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items() if k in ("accuracy", "n_timeout")})
