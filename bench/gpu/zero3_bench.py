@@ -12,11 +12,16 @@ signal to the receiver's acknowledgement (so the receiver has every byte):
 - ``bucketed``: ``gather_zero3_params`` + ``iter_buckets`` + ``broadcast_buckets`` (what a push costs
   with trainer.sync), the receiver unpacking views as an engine would;
 - ``gather-pack``: the same gather and packing without sending (the sender's own cost);
+- ``bucketed-ag`` / ``ag-pack``: the same two with ``iter_zero3_buckets`` (one all-gather of the ranks'
+  partitions per bucket instead of ``GatheredParameters``);
 - ``loop-blob``: what trainer/loop.py did at the time of writing: ``full_state()`` (a gather per parameter,
   copied to host) then ``to_safetensors_bytes`` on rank 0; not counted: the Ray transfer and the load.
 
 Train: ``train_policy`` on one micro-batch of random tokens per optimizer step (PPO loss over every token),
-for each ``--train-shapes`` BxT; tokens/s/GPU = B*T / step time; MFU = 6 * N * tokens/s / peak.
+for each ``--train-shapes`` BxT; tokens/s/GPU = B*T / step time; MFU = 6 * N * tokens/s / peak. Then
+RL-shaped data, sequence lengths uniform in [128, 1024]: ``rl-padded`` (16 sequences a row each, padded to
+1024, through ``train_policy``) against ``rl-packed`` (as many sequences as fill 4 rows of 4096 tokens,
+block-diagonal causal mask, positions restarting per sequence); tokens/s counts real tokens only.
 
     python bench/gpu/zero3_bench.py --model DIR --gpus 0,1 --receiver-gpu 1 --json out.json
     python bench/gpu/zero3_bench.py --model DIR --gpus 0 --receiver-gpu cpu   # CPU smoke run (gloo)
@@ -130,9 +135,21 @@ def run_trainer(args: argparse.Namespace) -> None:
         if rank == 0:
             sync.to_safetensors_bytes(state)
 
+    def bucketed_ag() -> None:
+        buckets = sync.iter_zero3_buckets(engine, bucket_bytes)
+        if rank == 0:
+            sync.broadcast_buckets(group, buckets)
+        else:
+            for _ in buckets:
+                pass
+
+    def ag_pack() -> None:
+        for _ in sync.iter_zero3_buckets(engine, bucket_bytes):
+            pass
+
     flat = torch.zeros(total, dtype=torch.uint8, device=dev) if rank == 0 else None
     methods = {"raw": raw, "per-tensor": per_tensor, "bucketed": bucketed, "gather-pack": gather_pack,
-               "loop-blob": loop_blob}
+               "loop-blob": loop_blob, "bucketed-ag": bucketed_ag, "ag-pack": ag_pack}
     sync_times: dict[str, list[float]] = {}
     for name, fn in methods.items():
         times = []
@@ -150,7 +167,7 @@ def run_trainer(args: argparse.Namespace) -> None:
                     times.append(time.perf_counter() - t0)
         sync_times[name] = times
     if rank == 0:
-        verified = json.loads(group.store.get("verified").decode())
+        verified = json.loads(group.store.get("verified").decode())  # both bucketed pushes, bit-exact
         results["sync"] = {k: {"seconds": statistics.median(v), "GBps": total / 1e9 / statistics.median(v)}
                            for k, v in sync_times.items()}
         results["sync_verified"] = verified
@@ -158,34 +175,107 @@ def run_trainer(args: argparse.Namespace) -> None:
 
     train: dict[str, dict] = {}
     gen = torch.Generator().manual_seed(rank)
-    for shape in args.train_shapes.split(","):
-        b, t = (int(x) for x in shape.split("x"))
-        ids = torch.randint(0, engine.module.config.vocab_size, (b, t), generator=gen)
-        mb = {"input_ids": ids, "attention_mask": torch.ones(b, t, dtype=torch.long),
-              "action_mask": torch.ones(b, t - 1), "old_logprobs": torch.full((b, t - 1), -12.0),
-              "advantages": torch.randn(b, t - 1, generator=gen)}
+    vocab = engine.module.config.vocab_size
+    jobs = [(f"{shape}#{i}", shape) for i, shape in enumerate(args.train_shapes.split(","))]
+    jobs += [("rl-padded", "rl-padded"), ("rl-packed", "rl-packed")]
+    for key, shape in jobs:
+        if shape == "rl-padded":
+            mb, real = rl_padded(gen, vocab, args.rl_scale)
+            step_fn = lambda mb=mb: worker.train_policy([mb])  # noqa: E731
+        elif shape == "rl-packed":
+            mb, real = rl_packed(gen, vocab, args.rl_scale)
+            step_fn = lambda mb=mb: packed_step(worker, mb)  # noqa: E731
+        else:
+            b, t = (int(x) for x in shape.split("x"))
+            real = b * t
+            mb = {"input_ids": torch.randint(0, vocab, (b, t), generator=gen),
+                  "attention_mask": torch.ones(b, t, dtype=torch.long), "action_mask": torch.ones(b, t - 1),
+                  "old_logprobs": torch.full((b, t - 1), -12.0), "advantages": torch.randn(b, t - 1, generator=gen)}
+            step_fn = lambda mb=mb: worker.train_policy([mb])  # noqa: E731
         times = []
         try:
             for step in range(args.warmup + args.steps):
                 dist.barrier()
                 t0 = time.perf_counter()
-                worker.train_policy([mb])
+                step_fn()
                 if args.cuda:
                     torch.cuda.synchronize(dev)
                 if step >= args.warmup:
                     times.append(time.perf_counter() - t0)
         except torch.OutOfMemoryError as exc:  # report the shape that does not fit, keep the others
-            train[shape] = {"error": str(exc)[:200]}
+            train[key] = {"error": str(exc)[:200]}
             torch.cuda.empty_cache()
             continue
         step_s = statistics.median(times)
-        tps = b * t / step_s
-        train[shape] = {"step_s": step_s, "tokens_per_s_per_gpu": tps, "mfu": 6 * n_params * tps / PEAK_BF16,
-                        "max_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if args.cuda else 0.0}
+        tps = real / step_s
+        train[key] = {"step_s": step_s, "tokens": real, "slots": mb["input_ids"].numel(),
+                      "tokens_per_s_per_gpu": tps, "mfu": 6 * n_params * tps / PEAK_BF16,
+                      "step_times": [round(x, 4) for x in times],
+                      "max_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if args.cuda else 0.0}
     results["train"] = train
     if rank == 0:
         Path(args.json).write_text(json.dumps(results, indent=1))
     dist.destroy_process_group()
+
+
+RL_MIN, RL_MAX = 128, 1024
+
+
+def rl_padded(gen, vocab: int, scale: float = 1.0):
+    """16 sequences of RL-like lengths, one per row, left-padded to 1024 (the loop's layout)."""
+    import torch
+
+    n, width = 16, int(RL_MAX * scale)
+    lengths = torch.randint(int(RL_MIN * scale), width + 1, (n,), generator=gen)
+    ids = torch.randint(0, vocab, (n, width), generator=gen)
+    attn = torch.zeros(n, width, dtype=torch.long)
+    for i, length in enumerate(lengths.tolist()):
+        attn[i, width - length:] = 1
+    mb = {"input_ids": ids, "attention_mask": attn, "action_mask": attn[:, 1:].float(),
+          "old_logprobs": torch.full((n, width - 1), -12.0), "advantages": torch.randn(n, width - 1, generator=gen)}
+    return mb, int(lengths.sum())
+
+
+def rl_packed(gen, vocab: int, scale: float = 1.0):
+    """RL-like sequences packed first-fit into 4 rows of 4096 tokens (same slots as rl_padded)."""
+    import torch
+
+    rows, width = 4, int(4 * RL_MAX * scale)
+    seg = torch.full((rows, width), -1, dtype=torch.long)
+    pos = torch.zeros(rows, width, dtype=torch.long)
+    fill = [0] * rows
+    for i in range(1000):
+        length = int(torch.randint(int(RL_MIN * scale), int(RL_MAX * scale) + 1, (1,), generator=gen))
+        row = next((r for r in range(rows) if fill[r] + length <= width), None)
+        if row is None:
+            break
+        seg[row, fill[row]:fill[row] + length] = i  # one id per sequence
+        pos[row, fill[row]:fill[row] + length] = torch.arange(length)
+        fill[row] += length
+    causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
+    mask = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0) & causal
+    mask |= torch.eye(width, dtype=torch.bool)  # padding rows attend to themselves (no NaN)
+    action = ((seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] >= 0)).float()
+    ids = torch.randint(0, vocab, (rows, width), generator=gen)
+    mb = {"input_ids": ids, "attention_mask": mask[:, None], "position_ids": pos, "action_mask": action,
+          "old_logprobs": torch.full((rows, width - 1), -12.0),
+          "advantages": torch.randn(rows, width - 1, generator=gen)}
+    return mb, int((seg >= 0).sum())
+
+
+def packed_step(worker, mb) -> None:
+    """One optimizer step of the PPO loss on a packed micro-batch (4-D block-diagonal mask)."""
+    from trainer.losses import log_probs_from_logits, policy_loss
+
+    engine = worker.engine
+    engine.train()
+    mb = worker._to_device(mb)
+    logits = engine(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
+                    position_ids=mb["position_ids"]).logits
+    logp = log_probs_from_logits(logits[:, :-1], mb["input_ids"][:, 1:])
+    loss, _ = policy_loss(logp, mb["old_logprobs"], mb["advantages"], mb["action_mask"], 0.2)
+    engine.backward(loss)
+    engine.step()
 
 
 def run_receiver(args: argparse.Namespace) -> None:
@@ -216,20 +306,24 @@ def run_receiver(args: argparse.Namespace) -> None:
         for bucket in sync.iter_received_buckets(group):
             got.update(bucket.tensors())
 
+    pushes = {}
     methods = {"raw": raw, "per-tensor": per_tensor, "bucketed": bucketed, "gather-pack": lambda: None,
-               "loop-blob": lambda: None}
-    for fn in methods.values():
+               "loop-blob": lambda: None, "bucketed-ag": bucketed, "ag-pack": lambda: None}
+    for name, fn in methods.items():
         for _ in range(args.repeats + 1):
             _sync(group, 0)
             fn()
             _sync(group, 1)
+        if name.startswith("bucketed"):
+            pushes[name] = dict(got)
     # Bit-exact: the weights pushed (before any training) are the checkpoint's.
     from safetensors.torch import load_file
 
     files = sorted(Path(args.model).glob("*.safetensors"))
     want = {k: v for f in files for k, v in load_file(str(f)).items()}
-    verified = sorted(got) == sorted(want) and all(
+    verified = all(sorted(got) == sorted(want) and all(
         torch.equal(got[k].cpu().view(torch.uint8), want[k].view(torch.uint8)) for k in want)
+        for got in pushes.values())
     group.store.set("verified", json.dumps(verified))
     sync.close_sync_group(group)
 
@@ -283,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-shapes", default="8x1024,16x1024", help="micro-batch shapes BxT")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rl-scale", type=float, default=1.0, help="scales the RL-shaped lengths (small on CPU)")
     p.add_argument("--json", default="zero3_bench.json")
     p.add_argument("--logs", default=".", help="folder for the processes' logs")
     p.add_argument("--timeout", type=float, default=400)
@@ -318,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--model", args.model, "--gpus", args.gpus, "--receiver-gpu", args.receiver_gpu,
               "--bucket-mb", str(args.bucket_mb), "--repeats", str(args.repeats), "--train-shapes",
               args.train_shapes, "--warmup", str(args.warmup), "--steps", str(args.steps),
+              "--rl-scale", str(args.rl_scale),
               "--json", str(Path(args.json).resolve()), "--port", str(_free_port()), "--sync-port", str(sync_port)]
     procs = [_spawn("trainer", "cpu" if not args.cuda else g, [*common, "--rank", str(r)], logs / f"zero3_rank{r}.log")
              for r, g in enumerate(gpus)]
@@ -336,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in r:
             print(f"  train {shape}: {r['error']}")
         else:
-            print(f"  train {shape:9s} {r['step_s'] * 1e3:8.1f} ms/step {r['tokens_per_s_per_gpu']:9.0f} tok/s/GPU "
-                  f"MFU {100 * r['mfu']:.1f} % (max mem {r['max_mem_gib']:.1f} GiB)")
+            print(f"  train {shape:11s} {r['step_s'] * 1e3:8.1f} ms/step {r['tokens']:6d} tokens "
+                  f"{r['tokens_per_s_per_gpu']:9.0f} tok/s/GPU MFU {100 * r['mfu']:.1f} % "
+                  f"(max mem {r['max_mem_gib']:.1f} GiB)")
     return 0 if res["sync_verified"] else 1
 
 
