@@ -11,6 +11,9 @@ would not leave it enough time):
 - ``colocated`` / ``split``: ``python -m trainer.train_ppo_ray``, a few RLOO steps, HF rollout engine;
   colocated: policy and reference on both GPUs with a quarter GPU each and the engine beside them;
   split: policy on one GPU, the engine on the other (no reference model: a third GPU would be needed).
+- ``nodes_up`` / ``colocated2n`` / ``split2n`` / ``nodes_down`` (4 GPUs): two Ray nodes of 2 GPUs each in
+  network namespaces (bench/gpu/two_nodes.sh); colocated: policy and reference 2 nodes x 2 GPUs; split:
+  policy on 2 GPUs, reference on 1, the engine on 1.
 
 Writes ``OUT/summary.json`` (figures, commands, exit codes) and ``OUT/logs.tgz``; prints a summary last.
 
@@ -32,14 +35,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PEAK_BF16 = 989e12
-STAGES = ["env", "model", "zero3", "wsync", "samegpu", "colocated", "split"]
+STAGES = ["env", "model", "zero3", "wsync", "samegpu", "colocated", "split", "nodes_up", "colocated2n", "split2n",
+          "nodes_down"]
 # Seconds each stage is allowed (and needs, for the deadline check).
 LIMITS = {"env": 60, "model": 120, "data": 60, "zero3": 200, "wsync": 120, "samegpu": 90, "colocated": 200,
-          "split": 180}
-NEED = {"env": 10, "model": 40, "zero3": 90, "wsync": 40, "samegpu": 20, "colocated": 120, "split": 100}
+          "split": 180, "nodes_up": 90, "colocated2n": 240, "split2n": 180, "nodes_down": 30}
+NEED = {"env": 10, "model": 40, "zero3": 90, "wsync": 40, "samegpu": 20, "colocated": 120, "split": 100,
+        "nodes_up": 20, "colocated2n": 120, "split2n": 100, "nodes_down": 0}
 
 
-def loop_flags(work: Path, name: str, placement: str, steps: int, gen_len: int, gpus: int) -> list[str]:
+def loop_flags(work: Path, name: str, placement: str, steps: int, gen_len: int, gpus: int,
+               nodes: int = 1) -> list[str]:
     """The trainer's flags for one benchmark run (RLOO, HF rollouts, bf16 ZeRO-3)."""
     rollout = 16  # prompts per step, x4 samples = 64 sequences
     flags = ["--pretrain", str(work / "model"), "--prompt_data", str(work / "data.jsonl"), "--input_key", "message",
@@ -51,9 +57,13 @@ def loop_flags(work: Path, name: str, placement: str, steps: int, gen_len: int, 
              "--actor_learning_rate", "1e-6", "--temperature", "1.0", "--seed", "1",
              "--save_path", str(work / name), "--ckpt_path", str(work / name / "ckpt")]
     if placement == "colocated":
-        flags += ["--colocate_all_models", "--actor_num_nodes", "1", "--actor_num_gpus_per_node", str(gpus),
-                  "--ref_num_nodes", "1", "--ref_num_gpus_per_node", str(gpus), "--init_kl_coef", "0.01"]
-    elif placement == "split":  # policy on gpus-1 GPUs, the engine on the last one
+        per_node = str(gpus // nodes)
+        flags += ["--colocate_all_models", "--actor_num_nodes", str(nodes), "--actor_num_gpus_per_node", per_node,
+                  "--ref_num_nodes", str(nodes), "--ref_num_gpus_per_node", per_node, "--init_kl_coef", "0.01"]
+    elif placement == "split" and gpus >= 4:  # policy on half the GPUs, reference on one, the engine on one
+        flags += ["--actor_num_nodes", "1", "--actor_num_gpus_per_node", str(gpus - 2), "--ref_num_nodes", "1",
+                  "--ref_num_gpus_per_node", "1", "--init_kl_coef", "0.01"]
+    elif placement == "split":  # policy on gpus-1 GPUs, the engine on the last one, no reference model
         flags += ["--actor_num_nodes", "1", "--actor_num_gpus_per_node", str(gpus - 1), "--init_kl_coef", "0"]
     else:
         raise ValueError(placement)
@@ -94,7 +104,9 @@ class Runner:
         return self.end - time.monotonic()
 
     def run(self, stage: str, cmd: list[str], env: dict | None = None, limit: float | None = None) -> int | None:
-        limit = min(limit or LIMITS[stage], self.left())
+        limit = limit or LIMITS[stage]
+        if stage != "nodes_down":  # the teardown (and its NCCL log grep) runs even past the deadline
+            limit = min(limit, self.left())
         log = self.logs / f"{stage}.log"
         t0 = time.monotonic()
         print(f"== {stage}: {shlex.join(cmd)} (limit {limit:.0f} s)", flush=True)
@@ -185,15 +197,27 @@ def main(argv: list[str] | None = None) -> int:
             r.summary["samegpu"] = {"ok": code == 0, "log": [
                 line for f in sorted((r.logs / "samegpu").glob("*.log")) for line in f.read_text().splitlines()
                 if "same-gpu" in line or "Error" in line or "WARN" in line][:10]}
-        else:  # colocated / split
-            flags = loop_flags(work, stage, stage, args.steps, args.gen_len, args.gpus)
-            code = r.run(stage, [py, "-m", "trainer.train_ppo_ray", *flags],
-                         env={"NCCL_DEBUG": "WARN", "RAY_memory_monitor_refresh_ms": "0"})
+        elif stage in ("nodes_up", "nodes_down"):
+            code = r.run(stage, ["bash", "bench/gpu/two_nodes.sh", stage[6:], str(r.logs)])
+            nccl = r.logs / "nccl_two_nodes.txt"
+            if stage == "nodes_down" and nccl.exists():
+                r.summary["nccl_two_nodes"] = nccl.read_text().splitlines()[:40]
+        else:  # colocated / split, on one node or (2n) on the two of nodes_up
+            two = stage.endswith("2n")
+            placement = stage.removesuffix("2n")
+            flags = loop_flags(work, stage, placement, args.steps, args.gen_len, args.gpus, 2 if two else 1)
+            prefix = ["bash", "bench/gpu/two_nodes.sh", "exec"] if two else []
+            env = {"RAY_memory_monitor_refresh_ms": "0"} if two else {
+                "NCCL_DEBUG": "WARN", "RAY_memory_monitor_refresh_ms": "0"}
+            code = r.run(stage, [*prefix, py, "-m", "trainer.train_ppo_ray", *flags], env=env)
             metrics = work / stage / "metrics.jsonl"
             if metrics.exists():
                 (r.logs / f"{stage}_metrics.jsonl").write_text(metrics.read_text())
                 params = json.loads((work / "model" / "params.json").read_text())["params"]
-                world = args.gpus if stage == "colocated" else args.gpus - 1
+                if placement == "colocated":
+                    world = args.gpus
+                else:
+                    world = args.gpus - 2 if args.gpus >= 4 else args.gpus - 1
                 r.summary[stage] = loop_figures(metrics, world, params)
         r.save()
     with tarfile.open(out / "logs.tgz", "w:gz") as tar:
