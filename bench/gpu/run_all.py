@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-shapes", default="8x1024,16x1024,32x1024")
     p.add_argument("--model-args", default="", help="extra bench/gpu/model.py flags (smaller models for a smoke run)")
     p.add_argument("--receiver-gpu", default=None, help="zero3 receiver GPU (default: the last); 'cpu' on CPU")
+    p.add_argument("--zero3-gpus", default=None, help="zero3 trainer GPUs, e.g. 0,1 (default: all)")
     args = p.parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -175,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             r.run("data", [py, "-m", "trainer.tiny", "dataset", str(work / "data.jsonl"), "--n", "256",
                           "--kind", "copy"])
         elif stage == "zero3":
-            gpus = ",".join(str(i) for i in range(args.gpus))
-            recv = args.receiver_gpu or str(args.gpus - 1)
+            gpus = args.zero3_gpus or ",".join(str(i) for i in range(args.gpus))
+            recv = args.receiver_gpu or gpus.split(",")[-1]
             code = r.run(stage, [py, "bench/gpu/zero3_bench.py", "--model", str(work / "model"), "--gpus", gpus,
                                  "--receiver-gpu", recv, "--train-shapes", args.train_shapes,
                                  "--json", str(out / "zero3.json"), "--logs", str(r.logs / "zero3")],
