@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-args", default="", help="extra bench/gpu/model.py flags (smaller models for a smoke run)")
     p.add_argument("--receiver-gpu", default=None, help="zero3 receiver GPU (default: the last); 'cpu' on CPU")
     p.add_argument("--zero3-gpus", default=None, help="zero3 trainer GPUs, e.g. 0,1 (default: all)")
+    p.add_argument("--ag-bucket-mb", default="", help="zero3: more bucket sizes for the all-gather push")
     args = p.parse_args(argv)
     out, work = Path(args.out), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             recv = args.receiver_gpu or gpus.split(",")[-1]
             code = r.run(stage, [py, "bench/gpu/zero3_bench.py", "--model", str(work / "model"), "--gpus", gpus,
                                  "--receiver-gpu", recv, "--train-shapes", args.train_shapes,
+                                 "--ag-bucket-mb", args.ag_bucket_mb,
                                  "--json", str(out / "zero3.json"), "--logs", str(r.logs / "zero3")],
                          env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"})
             if code == 0:

@@ -135,8 +135,8 @@ def run_trainer(args: argparse.Namespace) -> None:
         if rank == 0:
             sync.to_safetensors_bytes(state)
 
-    def bucketed_ag() -> None:
-        buckets = sync.iter_zero3_buckets(engine, bucket_bytes)
+    def bucketed_ag(size: int = bucket_bytes) -> None:
+        buckets = sync.iter_zero3_buckets(engine, size)
         if rank == 0:
             sync.broadcast_buckets(group, buckets)
         else:
@@ -150,6 +150,8 @@ def run_trainer(args: argparse.Namespace) -> None:
     flat = torch.zeros(total, dtype=torch.uint8, device=dev) if rank == 0 else None
     methods = {"raw": raw, "per-tensor": per_tensor, "bucketed": bucketed, "gather-pack": gather_pack,
                "loop-blob": loop_blob, "bucketed-ag": bucketed_ag, "ag-pack": ag_pack}
+    for mb_size in _ag_sizes(args):
+        methods[f"bucketed-ag@{mb_size:g}MiB"] = lambda n=int(mb_size * 2**20): bucketed_ag(n)
     sync_times: dict[str, list[float]] = {}
     for name, fn in methods.items():
         times = []
@@ -219,6 +221,10 @@ def run_trainer(args: argparse.Namespace) -> None:
 
 
 RL_MIN, RL_MAX = 128, 1024
+
+
+def _ag_sizes(args: argparse.Namespace) -> list[float]:
+    return [float(x) for x in args.ag_bucket_mb.split(",") if x]
 
 
 def rl_padded(gen, vocab: int, scale: float = 1.0):
@@ -309,6 +315,8 @@ def run_receiver(args: argparse.Namespace) -> None:
     pushes = {}
     methods = {"raw": raw, "per-tensor": per_tensor, "bucketed": bucketed, "gather-pack": lambda: None,
                "loop-blob": lambda: None, "bucketed-ag": bucketed, "ag-pack": lambda: None}
+    for mb_size in _ag_sizes(args):
+        methods[f"bucketed-ag@{mb_size:g}MiB"] = bucketed
     for name, fn in methods.items():
         for _ in range(args.repeats + 1):
             _sync(group, 0)
@@ -373,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", default="0,1", help="comma-separated GPU ids of the trainer ranks")
     p.add_argument("--receiver-gpu", default="1", help="GPU id of the receiver, or 'cpu' for a CPU run (gloo)")
     p.add_argument("--bucket-mb", type=float, default=256)
+    p.add_argument("--ag-bucket-mb", default="", help="more bucket sizes (MiB) for the bucketed-ag push, e.g. 64,1024")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--train-shapes", default="8x1024,16x1024", help="micro-batch shapes BxT")
     p.add_argument("--warmup", type=int, default=2)
@@ -411,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--model is required")
     gpus = args.gpus.split(",")
     common = ["--model", args.model, "--gpus", args.gpus, "--receiver-gpu", args.receiver_gpu,
-              "--bucket-mb", str(args.bucket_mb), "--repeats", str(args.repeats), "--train-shapes",
+              "--bucket-mb", str(args.bucket_mb), "--ag-bucket-mb", args.ag_bucket_mb, "--repeats", str(args.repeats), "--train-shapes",
               args.train_shapes, "--warmup", str(args.warmup), "--steps", str(args.steps),
               "--rl-scale", str(args.rl_scale),
               "--json", str(Path(args.json).resolve()), "--port", str(_free_port()), "--sync-port", str(sync_port)]
