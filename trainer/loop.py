@@ -46,9 +46,12 @@ def engine_options(colocate: bool, use_gpus: bool, gpus: int, policy_pg: Any, bu
                    index: int) -> dict[str, Any]:
     """Ray actor options of rollout engine `index` (`gpus` GPUs each, its tensor-parallel size).
 
-    Colocated, the engine takes a GPU share inside the policy's placement group (bundle `index % bundles`),
-    beside the policy and reference ranks: that group already holds every GPU of the job, so an engine
-    asking for a share outside it would wait forever for a GPU that never frees up.
+    Colocated, the engine takes a GPU share inside the policy's placement group, beside the policy and
+    reference ranks: that group already holds every GPU of the job, so an engine asking for a share
+    outside it would wait forever for a GPU that never frees up. Engines start at bundle 1 (bundle
+    `(index + 1) % bundles`): NCCL refuses a group of two processes on one GPU ("Duplicate GPU detected",
+    docs/benchmarks.md), so an engine beside trainer rank 0, the sender, could not join an NCCL weight-sync
+    group with it; with fewer engines than ranks none has to.
     """
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -57,7 +60,7 @@ def engine_options(colocate: bool, use_gpus: bool, gpus: int, policy_pg: Any, bu
     if colocate:
         options["num_cpus"] = 0  # the bundle's CPU belongs to the policy rank
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-            placement_group=policy_pg, placement_group_bundle_index=index % bundles)
+            placement_group=policy_pg, placement_group_bundle_index=(index + 1) % bundles)
     return options
 
 
