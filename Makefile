@@ -14,26 +14,14 @@ $(VENV)/.stack-installed: pyproject.toml constraints/cpu.txt scripts/install-sta
 
 venv: $(VENV)/.stack-installed
 
-# The embedded default job: a tiny random-init model and toy prompts made here
-# (no model hub), RLOO on the one-machine cluster, rewards from the deployed
-# reward service (the job finds the cluster token on the node).
-DEMO := $(abspath build/demo)
-DEMO_JOB := python -m trainer.train_ppo_ray \
-  --pretrain $(DEMO)/model --prompt_data $(DEMO)/data.jsonl --input_key message --label_key answer \
-  --apply_chat_template --remote_rm_url http://127.0.0.2:5001/get_reward \
-  --rollout_backend vllm --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --enable_prefix_caching \
-  --actor_num_nodes 1 --actor_num_gpus_per_node 1 --ref_num_nodes 1 --ref_num_gpus_per_node 1 \
-  --advantage_estimator rloo --n_samples_per_prompt 4 --rollout_batch_size 8 --micro_rollout_batch_size 8 \
-  --train_batch_size 16 --micro_train_batch_size 8 --generate_max_len 8 --prompt_max_len 64 \
-  --num_episodes 1 --max_samples 32 --zero_stage 3 --actor_learning_rate 1e-3 --init_kl_coef 0.01 \
-  --save_path $(DEMO)/out --ckpt_path $(DEMO)/out/ckpt
-
+# The embedded default job: preset tiny-rloo (rlrun/presets/tiny-rloo.yaml). `rlrun submit` makes a
+# tiny random-init model and toy prompts under build/tiny (no model hub), checks the job against the
+# live cluster, submits it and follows it: a supervised warm-up of the answer format, then RLOO rewarded
+# by the deployed reward service; it ends with the reward curve.
 demo: venv
 	ansible-playbook -i inventory site.yml
 	rlrun status
-	python -m trainer.tiny model $(DEMO)/model
-	python -m trainer.tiny dataset $(DEMO)/data.jsonl --n 64 --kind copy
-	rlrun submit --follow -- $(DEMO_JOB)
+	rlrun submit --preset tiny-rloo --follow
 
 up: venv
 	rlrun up

@@ -126,6 +126,7 @@ class TrainerConfig:
     input_template: str | None = flag(
         None, "Prompt template with one '{}' for the prompt (not with --apply_chat_template).", group=D
     )
+    sft_output_key: str = flag("output", "Dataset key of the target response (--sft_warmup_steps only).", group=D)
     apply_chat_template: bool = flag(False, "Format prompts with the tokenizer's chat template.", group=D)
     max_samples: int = flag(100_000_000, "Use at most this many prompts of the dataset.", group=D, ge=1)
     prompt_max_len: int = flag(1024, "Max tokens of a prompt; longer prompts are dropped and counted.", group=D, ge=1)
@@ -148,6 +149,13 @@ class TrainerConfig:
     max_norm: float = flag(1.0, "Gradient clipping max norm.", group=T, gt=0)
     l2: float = flag(0.0, "Weight decay.", group=T, ge=0)
     seed: int = flag(42, "Random seed.", group=T, ge=0)
+    sft_warmup_steps: int = flag(
+        0, "Supervised optimizer steps on --sft_output_key before RL starts (teaches a tiny model the answer "
+        "format); the reference and the engines then start from the warmed-up policy. 0: none.", group=T, ge=0,
+    )  # fmt: skip
+    sft_learning_rate: float | None = flag(
+        None, "Learning rate of the supervised warm-up (default: --actor_learning_rate).", group=T, gt=0
+    )
     # --- PPO algorithm -----------------------------------------------------------------------------------
     advantage_estimator: AdvantageEstimator = flag(
         "gae",

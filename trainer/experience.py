@@ -23,6 +23,8 @@ class Experience:
     old_logprobs: torch.Tensor | None = None  # [B, R]
     ref_logprobs: torch.Tensor | None = None  # [B, R]
     advantages: torch.Tensor | None = None  # [B, R]
+    values: torch.Tensor | None = None  # [B, R], critic V(s_t) at rollout time (gae)
+    returns: torch.Tensor | None = None  # [B, R], the critic's targets (gae)
     scores: torch.Tensor | None = None  # [B]
 
     @property
@@ -34,7 +36,7 @@ class Experience:
         idx = torch.as_tensor(index, dtype=torch.long)
         out = {"input_ids": self.input_ids[idx], "attention_mask": self.attention_mask[idx],
                "action_mask": self.action_mask[idx]}
-        for name in ("old_logprobs", "ref_logprobs", "advantages"):
+        for name in ("old_logprobs", "ref_logprobs", "advantages", "values", "returns"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value[idx]

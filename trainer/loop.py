@@ -1,11 +1,9 @@
 """The RL training loop, run by `python -m trainer.train_ppo_ray` inside a Ray job.
 
 One step, top to bottom: generate -> score -> advantages -> train -> sync -> metrics
-(`Trainer.step`). The policy and reference groups are DeepSpeed models on Ray
-actor groups, rollout engines are vLLM (or HF generate) Ray actors, rewards
-come from the remote reward service or a local function.
-
-Not yet here: the critic group, so `--advantage_estimator gae` is refused.
+(`Trainer.step`). The policy, reference and (PPO with GAE) critic groups are
+DeepSpeed models on Ray actor groups, rollout engines are vLLM (or HF generate)
+Ray actors, rewards come from the remote reward service or a local function.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from typing import Any
 
 import torch
 
+from trainer.actors.critic_worker import CriticWorker
 from trainer.actors.group import ActorGroup, GroupSpec
 from trainer.actors.model_worker import ModelWorker
 from trainer.algorithms import RunningMeanStd, compute_advantages_and_returns, normalize_reward
@@ -25,6 +24,7 @@ from trainer.data import PromptSampler, prompts_from_config
 from trainer.experience import Experience, build_experience, shard
 from trainer.losses import compute_kl, masked_mean
 from trainer.metrics import MetricsLogger, Timer
+from trainer.placement import gpu_share, process_cpus
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
 from trainer.sync import to_safetensors_bytes
@@ -42,28 +42,6 @@ def make_reward(cfg):
     return resolve_reward_fn(cfg.reward_fn)
 
 
-def engine_options(colocate: bool, use_gpus: bool, gpus: int, policy_pg: Any, bundles: int,
-                   index: int) -> dict[str, Any]:
-    """Ray actor options of rollout engine `index` (`gpus` GPUs each, its tensor-parallel size).
-
-    Colocated, the engine takes a GPU share inside the policy's placement group, beside the policy and
-    reference ranks: that group already holds every GPU of the job, so an engine asking for a share
-    outside it would wait forever for a GPU that never frees up. Engines start at bundle 1 (bundle
-    `(index + 1) % bundles`): NCCL refuses a group of two processes on one GPU ("Duplicate GPU detected",
-    docs/benchmarks.md), so an engine beside trainer rank 0, the sender, could not join an NCCL weight-sync
-    group with it; with fewer engines than ranks none has to.
-    """
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    share = 0.25 if colocate else 1.0
-    options: dict[str, Any] = {"num_cpus": 1.0 if use_gpus else 0.5, "num_gpus": gpus * share if use_gpus else 0}
-    if colocate:
-        options["num_cpus"] = 0  # the bundle's CPU belongs to the policy rank
-        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-            placement_group=policy_pg, placement_group_bundle_index=(index + 1) % bundles)
-    return options
-
-
 class Trainer:
     def __init__(self, cfg):
         import ray
@@ -76,8 +54,7 @@ class Trainer:
         print(f"data: {stats.as_dict()}", flush=True)
         self.reward = make_reward(cfg)
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
-        share = 0.25 if cfg.colocate_all_models else 1.0
-        cpus = 1.0 if use_gpus else 0.5
+        share, cpus = gpu_share(cfg), process_cpus(use_gpus)
         pspec = GroupSpec("policy", cfg.actor_num_nodes, cfg.actor_num_gpus_per_node, use_gpus,
                           gpus_per_actor=share, cpus_per_actor=cpus)
         self.policy = ActorGroup(ModelWorker, pspec)
@@ -93,12 +70,24 @@ class Trainer:
             self.ref = ActorGroup(ModelWorker, rspec, pg=self.policy.pg if cfg.colocate_all_models else None)
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
                          **model_args)
+        self.critic = None
+        if cfg.needs_critic:
+            cspec = GroupSpec("critic", cfg.critic_num_nodes, cfg.critic_num_gpus_per_node, use_gpus,
+                              gpus_per_actor=share, cpus_per_actor=cpus)
+            self.critic = ActorGroup(CriticWorker, cspec, pg=self.policy.pg if cfg.colocate_all_models else None)
+            self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
+                            micro_batch=cfg.micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
+                            learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
+                            gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
+                            seed=cfg.seed)
         self.engines = self._start_engines(use_gpus)
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
         self.norm = RunningMeanStd() if cfg.normalize_reward else None
         self.step_no = 0
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
                                      cfg.use_tensorboard)
+        if cfg.sft_warmup_steps:
+            self.warmup()
         if cfg.load_checkpoint:
             self._resume()
 
@@ -118,10 +107,65 @@ class Trainer:
             from trainer.rollout.hf_engine import HfEngine as engine_cls
 
             kwargs, count, gpus = {}, 1, 1
-        remote = ray.remote(engine_cls)
-        world = self.policy.spec.world_size
-        return [remote.options(**engine_options(cfg.colocate_all_models, use_gpus, gpus, self.policy.pg, world, i))
-                .remote(cfg.pretrain, **kwargs) for i in range(count)]
+        if not (cfg.colocate_all_models and use_gpus):  # own actors: TP GPUs each (see trainer.placement)
+            remote = ray.remote(engine_cls).options(num_cpus=process_cpus(use_gpus),
+                                                    num_gpus=gpus if use_gpus else 0)
+            return [remote.remote(cfg.pretrain, **kwargs) for _ in range(count)]
+        # Colocated: engine i lives on the policy's bundles i*TP .. i*TP+TP-1, a share of each GPU.
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        engines = []
+        for i in range(count):
+            bundles = list(range(i * gpus, (i + 1) * gpus))
+            options: dict[str, Any] = dict(num_cpus=0, num_gpus=gpu_share(cfg), scheduling_strategy=(
+                PlacementGroupSchedulingStrategy(placement_group=self.policy.pg,
+                                                 placement_group_bundle_index=bundles[0])))
+            engine_kwargs = dict(kwargs)
+            if gpus > 1:  # vLLM's Ray executor starts the TP workers on these bundles of the same group
+                options["num_gpus"] = 0
+                options["runtime_env"] = {"env_vars": {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, bundles))}}
+                engine_kwargs["distributed_executor_backend"] = "ray"
+            engines.append(ray.remote(engine_cls).options(**options).remote(cfg.pretrain, **engine_kwargs))
+        return engines
+
+    # --- supervised warm-up ----------------------------------------------------------------------------
+
+    def warmup(self) -> None:
+        """--sft_warmup_steps optimizer steps of NLL on `sft_output_key + eos`, then the reference and the
+        engines take the warmed-up weights (the KL anchors there). Seeded, so a resumed run repeats it
+        exactly before its checkpoint replaces the policy."""
+        import ray
+
+        from trainer.data import load_prompts
+
+        cfg, tok = self.cfg, self.tokenizer
+        data, stats = load_prompts(cfg.prompt_data, input_key=cfg.input_key, label_key=cfg.sft_output_key,
+                                   apply_chat_template=cfg.apply_chat_template, input_template=cfg.input_template,
+                                   max_samples=cfg.max_samples, prompt_max_len=cfg.prompt_max_len, tokenizer=tok,
+                                   require_labels=True)
+        print(f"warm-up data ({cfg.sft_output_key!r} as targets): {stats.as_dict()}", flush=True)
+        eos = tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        prompt_ids = [tok(p.text, add_special_tokens=False)["input_ids"] for p in data]
+        target_ids = [tok(p.label, add_special_tokens=False)["input_ids"] + [eos] for p in data]
+        self.policy.run("set_learning_rate", cfg.sft_learning_rate or cfg.actor_learning_rate)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        for step in range(1, cfg.sft_warmup_steps + 1):
+            idx = torch.randint(len(data), (cfg.train_batch_size,), generator=gen).tolist()
+            exp = build_experience([prompt_ids[i] for i in idx], [target_ids[i] for i in idx], pad)
+            losses = self.policy.run_sharded("train_sft", self._micro(exp, torch.arange(len(idx)), self.policy))
+            print(f"warm-up step {step}/{cfg.sft_warmup_steps}: loss/sft={sum(losses) / len(losses):.4f}", flush=True)
+        self.policy.run("set_learning_rate", cfg.actor_learning_rate)
+        if self.ref is not None:
+            state = ray.put(self.policy.run("full_state")[0])
+            self.ref.run("load_full_state", state)
+        self.sync_weights()
+
+    def _micro(self, exp: Experience, rows: torch.Tensor, group: ActorGroup) -> list[list[dict[str, torch.Tensor]]]:
+        """`rows` of `exp` split over the ranks of `group`, each rank's share cut into micro-batches."""
+        size = self.cfg.micro_train_batch_size
+        return [[exp.rows(mine[i:i + size]) for i in range(0, len(mine), size)]
+                for mine in (rows[idx] for idx in shard(len(rows), group.spec.world_size))]
 
     # --- one RL step ---------------------------------------------------------------------------------
 
@@ -170,27 +214,39 @@ class Trainer:
         if self.ref is not None:
             exp.ref_logprobs = self._logprobs(self.ref, exp)
             kl = compute_kl(exp.old_logprobs, exp.ref_logprobs, exp.action_mask, cfg.kl_estimator)
-        exp.advantages, _ = compute_advantages_and_returns(
+        if self.critic is not None:
+            exp.values = self._per_rank(self.critic, "batch_values", exp)
+        exp.advantages, exp.returns = compute_advantages_and_returns(
             cfg.advantage_estimator, scores, exp.action_mask, n_samples_per_prompt=cfg.n_samples_per_prompt,
-            kl=kl, kl_coef=0.0 if cfg.use_kl_loss else cfg.init_kl_coef)
+            kl=kl, kl_coef=0.0 if cfg.use_kl_loss else cfg.init_kl_coef, values=exp.values,
+            gamma=cfg.gamma, lambd=cfg.lambd)
         exp.scores = raw
         lengths = exp.action_mask.sum(-1)
         extra = {"reward/mean": raw.mean().item(), "reward/std": raw.std(unbiased=False).item(),
                  "response_length/mean": lengths.mean().item(),
                  # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
                  "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel())}
+        if exp.values is not None:
+            extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:
             extra["kl/mean"] = masked_mean(kl, exp.action_mask).item()
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items() if k in ("accuracy", "n_timeout")})
         return exp, extra
 
     def _logprobs(self, group: ActorGroup, exp: Experience) -> torch.Tensor:
+        return self._per_rank(group, "batch_logprobs", exp)
+
+    @staticmethod
+    def _per_rank(group: ActorGroup, method: str, exp: Experience) -> torch.Tensor:
+        """`method` on one shard of the rows per rank, results concatenated in row order."""
         parts = shard(exp.input_ids.size(0), group.spec.world_size)
-        return torch.cat(group.run_sharded("batch_logprobs", [exp.rows(idx) for idx in parts]))
+        return torch.cat(group.run_sharded(method, [exp.rows(idx) for idx in parts]))
 
     def train(self, exp: Experience) -> dict[str, float]:
+        import ray
+
         cfg = self.cfg
-        world, b = self.policy.spec.world_size, exp.input_ids.size(0)
+        b = exp.input_ids.size(0)
         sums: dict[str, float] = {}
         steps = 0
         for epoch in range(cfg.max_epochs):
@@ -198,13 +254,16 @@ class Trainer:
             perm = torch.randperm(b, generator=gen)
             for start in range(0, b, cfg.train_batch_size):
                 batch = perm[start:start + cfg.train_batch_size]
-                per_rank = [batch[idx] for idx in shard(len(batch), world)]
-                micro = [[exp.rows(r[i:i + cfg.micro_train_batch_size])
-                          for i in range(0, len(r), cfg.micro_train_batch_size)] for r in per_rank]
-                results = self.policy.run_sharded("train_policy", micro, eps_clip=cfg.eps_clip,
-                                                  kl_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0)
-                for key in results[0]:
-                    sums[key] = sums.get(key, 0.0) + sum(r[key] for r in results) / world
+                refs = [a.train_policy.remote(m, eps_clip=cfg.eps_clip,
+                                              kl_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0)
+                        for a, m in zip(self.policy.actors, self._micro(exp, batch, self.policy), strict=True)]
+                if self.critic is not None:  # the critic steps on the same minibatch, at the same time
+                    crefs = [a.train_critic.remote(m, value_clip=cfg.value_clip)
+                             for a, m in zip(self.critic.actors, self._micro(exp, batch, self.critic), strict=True)]
+                    for key, value in _mean_of(ray.get(crefs)).items():
+                        sums[key] = sums.get(key, 0.0) + value
+                for key, value in _mean_of(ray.get(refs)).items():
+                    sums[key] = sums.get(key, 0.0) + value
                 steps += 1
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
@@ -224,6 +283,8 @@ class Trainer:
         client = {"step": self.step_no, "sampler": self.sampler.state_dict(),
                   "norm": self.norm.state_dict() if self.norm else None}
         self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
+        if self.critic is not None:
+            self.critic.run("save_checkpoint", str(Path(cfg.ckpt_path) / "critic"), tag, {"step": self.step_no})
         if cfg.save_hf_ckpt:
             self.policy.run("save_hf", str(Path(cfg.ckpt_path) / f"{tag}_hf"))
         tags = sorted((p for p in Path(cfg.ckpt_path).glob("global_step*") if p.is_dir() and p.name[11:].isdigit()),
@@ -239,6 +300,8 @@ class Trainer:
             return
         tag = latest.read_text().strip()
         client = self.policy.run("load_checkpoint", self.cfg.ckpt_path, tag)[0]
+        if self.critic is not None:
+            self.critic.run("load_checkpoint", str(Path(self.cfg.ckpt_path) / "critic"), tag)
         self.step_no = client["step"]
         self.sampler.load_state_dict(client["sampler"])
         if self.norm is not None and client.get("norm"):
@@ -256,6 +319,8 @@ class Trainer:
             self.step()
         self.policy.run("save_hf", self.cfg.save_path)
         self.tokenizer.save_pretrained(self.cfg.save_path)
+        if self.critic is not None:  # as OpenRLHF: next to the policy, "<save_path>_critic"
+            self.critic.run("save_hf", f"{self.cfg.save_path.rstrip('/')}_critic")
 
     def shutdown(self) -> None:
         import ray
@@ -267,7 +332,7 @@ class Trainer:
             except Exception as exc:  # noqa: BLE001 (shutting down regardless)
                 log.warning("engine shutdown: %s", exc)
             ray.kill(engine)
-        for group in (self.ref, self.policy):
+        for group in (self.critic, self.ref, self.policy):
             if group is not None:
                 group.shutdown()
         close = getattr(self.reward, "close", None)
@@ -275,19 +340,26 @@ class Trainer:
             close()
 
 
-def run(cfg) -> int:
-    """Train with `cfg` (a validated TrainerConfig); returns the exit code."""
+def _mean_of(results: list[dict[str, float]]) -> dict[str, float]:
+    """The per-rank metric dicts of one train call, averaged over ranks."""
+    return {key: sum(r[key] for r in results) / len(results) for key in results[0]}
+
+
+def init_ray() -> None:
+    """Join the cluster inside a Ray job (RAY_ADDRESS set by `rlrun submit`), else a private local Ray."""
     import ray
 
-    if cfg.advantage_estimator == "gae":
-        print("error: --advantage_estimator gae needs the critic group, which this trainer does not have yet; "
-              "use rloo, reinforce_baseline or group_norm", flush=True)
-        return 2
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):  # inside a Ray job (rlrun submit): the cluster
-            ray.init(address=os.environ["RAY_ADDRESS"])
-        else:  # a local run: a private one-machine Ray, on loopback only
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"])
+    else:  # a local run: a private one-machine Ray, on loopback only
+        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
+
+
+def run(cfg) -> int:
+    """Train with `cfg` (a validated TrainerConfig); returns the exit code."""
+    init_ray()
     trainer = Trainer(cfg)
     try:
         trainer.fit()

@@ -147,12 +147,17 @@ def math_records(
     label_key: str = "answer",
     kind: DatasetKind = "add",
     max_operand: int = 9,
+    max_digits: int = 4,
 ) -> list[dict[str, Any]]:
     """``n`` toy records ``{input_key: [{"role": "user", "content": ...}], label_key: ...}``.
 
     ``kind="add"``: ``"3+4="`` -> ``"7"`` (operands 0..max_operand); ``kind="copy"``:
-    ``"copy 4821="`` -> ``"4821"`` (a 1-4 digit string). Deterministic for a seed.
+    ``"copy 4821="`` -> ``"4821"`` (a 1..max_digits digit string). Deterministic for a seed.
+    Each record also has ``"solution"``: the answer as a math model writes it (``\\boxed{7}``), the
+    target of the supervised warm-up (``trainer.train_sft --output_key solution``).
     """
+    if max_digits < 1 or max_operand < 0:
+        raise ValueError(f"max_digits {max_digits} / max_operand {max_operand}: expected >= 1 / >= 0")
     if kind not in KINDS:
         raise ValueError(f"unknown dataset kind {kind!r}: expected one of {', '.join(KINDS)}")
     if n < 0:
@@ -164,9 +169,10 @@ def math_records(
             a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
             prompt, answer = f"{a}+{b}=", str(a + b)
         else:
-            answer = "".join(rng.choice(string.digits) for _ in range(rng.randint(1, 4)))
+            answer = "".join(rng.choice(string.digits) for _ in range(rng.randint(1, max_digits)))
             prompt = f"copy {answer}="
-        records.append({input_key: [{"role": "user", "content": prompt}], label_key: answer})
+        records.append({input_key: [{"role": "user", "content": prompt}], label_key: answer,
+                        "solution": f"\\boxed{{{answer}}}"})
     return records
 
 
@@ -201,11 +207,14 @@ def make_math_dataset(
     input_key: str = "message",
     label_key: str = "answer",
     kind: DatasetKind = "add",
+    max_operand: int = 9,
+    max_digits: int = 4,
 ) -> Path:
     """Write :func:`math_records` to ``path`` in format ``fmt``; returns the path."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown dataset format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    records = math_records(n=n, seed=seed, input_key=input_key, label_key=label_key, kind=kind)
+    records = math_records(n=n, seed=seed, input_key=input_key, label_key=label_key, kind=kind,
+                           max_operand=max_operand, max_digits=max_digits)
     return write_records(path, records, fmt)
 
 
@@ -233,6 +242,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--fmt", choices=FORMATS, default=None, help="default: from the extension, else jsonl")
     d.add_argument("--kind", choices=KINDS, default="add")
+    d.add_argument("--max-operand", type=int, default=9, help="add: operands 0..N")
+    d.add_argument("--max-digits", type=int, default=4, help="copy: strings of 1..N digits")
     d.add_argument("--input-key", default="message")
     d.add_argument("--label-key", default="answer")
     return p
@@ -266,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 input_key=args.input_key,
                 label_key=args.label_key,
                 kind=args.kind,
+                max_operand=args.max_operand,
+                max_digits=args.max_digits,
             )
     except (ValueError, ImportError) as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """GPU-path fixes that a CPU can check (found preparing the H200 runs of bench/gpu/).
 
-- ModelWorker: micro-batches arrive through Ray as CPU tensors and DeepSpeed does not move a forward's
+- ModelWorker and CriticWorker: micro-batches arrive through Ray as CPU tensors and DeepSpeed does not move a forward's
   inputs, so on a GPU rank the embedding lookup failed; the worker now moves them to ``engine.device``.
   Checked with a stub engine on the ``meta`` device, which takes no CPU tensor either.
 - HfEngine: the log-probs of the sampled tokens are now taken step by step on the model's device instead of
@@ -57,6 +57,34 @@ def test_micro_batch_tensors_go_to_the_engine_device_and_the_rest_is_kept():
     assert moved["input_ids"].device == META and moved["advantages"].device == META
     assert moved["input_ids"].dtype == torch.long and moved["tag"] == "x"
     assert mb["input_ids"].device.type == "cpu"  # the caller's batch is left as it was
+
+
+class StubCriticEngine(StubEngine):
+    def __call__(self, input_ids, attention_mask):
+        self.seen += [input_ids.device, attention_mask.device]
+        return torch.zeros(*input_ids.shape, device=self.device)
+
+    def train(self):
+        pass
+
+    def backward(self, loss):
+        self.seen.append(loss.device)
+
+    def step(self):
+        pass
+
+
+def test_critic_moves_micro_batches_to_the_engine_device():
+    pytest.importorskip("ray")
+    from trainer.actors.critic_worker import CriticWorker
+
+    critic = CriticWorker(0, 1)
+    critic.engine = StubCriticEngine()
+    mb = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long),
+          "action_mask": torch.ones(2, 3), "values": torch.zeros(2, 3), "returns": torch.ones(2, 3)}
+    with pytest.raises((NotImplementedError, RuntimeError)):  # .item() of a meta loss: after the forward
+        critic.train_critic([mb])
+    assert critic.engine.seen[:3] == [META, META, META]  # inputs, then the loss, all on the engine's device
 
 
 @pytest.fixture(scope="module")

@@ -160,8 +160,8 @@ def test_add_records_are_correct_and_deterministic() -> None:
 def test_copy_records_and_custom_keys() -> None:
     recs = tiny.math_records(n=30, seed=0, kind="copy", input_key="q", label_key="a")
     for r in recs:
-        assert set(r) == {"q", "a"}
-        assert r["q"][0]["content"] == f"copy {r['a']}="
+        assert set(r) == {"q", "a", "solution"}
+        assert r["q"][0]["content"] == f"copy {r['a']}=" and r["solution"] == f"\\boxed{{{r['a']}}}"
         assert r["a"].isdigit() and 1 <= len(r["a"]) <= 4
 
 

@@ -32,6 +32,12 @@ def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, ad
     }
 
 
+def to_device(mb: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """A micro-batch's tensors on the engine's device: batches arrive through Ray as CPU tensors, and
+    DeepSpeed does not move a forward's inputs (on a GPU rank the embedding lookup would fail)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
+
+
 class ModelWorker(DistributedWorker):
     """One rank of the policy or reference group."""
 
@@ -68,10 +74,7 @@ class ModelWorker(DistributedWorker):
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
     def _to_device(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The micro-batch on the engine's device: batches arrive through Ray as CPU tensors, and DeepSpeed
-        does not move a forward's inputs (on a GPU rank the embedding lookup would fail)."""
-        device = self.engine.device
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
+        return to_device(mb, self.engine.device)
 
     def _action_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          num_actions: int) -> torch.Tensor:
@@ -127,6 +130,25 @@ class ModelWorker(DistributedWorker):
             self.engine.step()
             total += loss.item() / len(micro_batches)
         return total
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set the optimizer's learning rate (the supervised warm-up uses its own)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def load_full_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Overwrite the parameters with a full state (as full_state gives it); every rank must call it."""
+        import deepspeed
+
+        params = dict(self.engine.module.named_parameters())
+        if set(params) != set(state):
+            raise ValueError(f"state has {len(state)} tensors, the model {len(params)}; "
+                             f"differing names: {sorted(set(params) ^ set(state))[:5]}")
+        for name, param in params.items():
+            with deepspeed.zero.GatheredParameters([param], modifier_rank=0, enabled=hasattr(param, "ds_id")):
+                if self.rank == 0 or not hasattr(param, "ds_id"):
+                    param.data.copy_(state[name].to(param.dtype))
 
     def full_state(self) -> dict[str, torch.Tensor] | None:
         """Full (gathered) parameters on rank 0, None on the others; every rank must call it."""

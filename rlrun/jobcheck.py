@@ -1,0 +1,288 @@
+"""Can this trainer job run on this cluster? Checked before submit, each refusal with its arithmetic.
+
+:func:`check` is a pure function of a validated :class:`~trainer.config.TrainerConfig` and a
+:class:`ClusterView` (alive nodes with their CPUs and GPUs, reward-service health, which paths are
+missing on which nodes), so tests describe a 2 x 8-GPU cluster without having one. :func:`gather`
+builds the view of a live cluster: nodes from the state API (``/api/v0/nodes``, with the token),
+the rest from a probe job (:mod:`rlrun.probe`) that looks at every node and asks the reward services
+from the head, where the trainer's driver runs.
+
+Batch arithmetic is not here: building the TrainerConfig already ran the trainer's own rules.
+
+Placement is the trainer's own (:func:`trainer.placement.requests`, which ``trainer.loop`` uses too),
+so this check and the job cannot disagree about what the job asks for.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.config import TrainerConfig
+from trainer.placement import Request, requests
+
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    ip: str
+    cpus: float
+    gpus: float
+    is_head: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the checks need to know about a cluster."""
+
+    nodes: tuple[NodeView, ...]  # alive nodes
+    reward: Mapping[str, str] = field(default_factory=dict)  # URL -> "ok" or why not
+    reward_from: str = "this machine"
+    # path or hub id -> IPs of the nodes where it is missing; None: the nodes were not looked at
+    missing: Mapping[str, tuple[str, ...]] | None = None
+
+    @property
+    def gpus(self) -> float:
+        return sum(n.gpus for n in self.nodes)
+
+    @property
+    def cpus(self) -> float:
+        return sum(n.cpus for n in self.nodes)
+
+    def describe(self) -> str:
+        per = ", ".join(f"{n.ip}{' (head)' if n.is_head else ''}: {n.gpus:g} GPUs {n.cpus:g} CPUs"
+                        for n in self.nodes)
+        return f"{len(self.nodes)} node{'s' if len(self.nodes) != 1 else ''} ({per})"
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)  # the arithmetic, always shown
+    problems: list[str] = field(default_factory=list)  # each one refuses the job
+    notes: list[str] = field(default_factory=list)  # worth knowing, not a refusal
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+# --- placement ----------------------------------------------------------------------------------------
+def uses_gpus(view: ClusterView, expects_gpus: bool) -> bool:
+    """The trainer uses GPUs when the cluster has any; a GPU preset is judged as a GPU job regardless."""
+    return expects_gpus or view.gpus >= 1
+
+
+def _gpu_arithmetic(cfg: TrainerConfig) -> str:
+    parts = [f"actor {cfg.actor_num_nodes} x {cfg.actor_num_gpus_per_node} = {cfg.actor_world_size}"]
+    shared = []
+    for role, name, present, world in (("ref", "reference", cfg.needs_ref, cfg.ref_world_size),
+                                       ("critic", "critic", cfg.needs_critic, cfg.critic_world_size)):
+        if present:
+            nodes, per = getattr(cfg, f"{role}_num_nodes"), getattr(cfg, f"{role}_num_gpus_per_node")
+            (shared if cfg.colocate_all_models else parts).append(f"{name} {nodes} x {per} = {world}")
+    if cfg.rollout_backend == "vllm":
+        engines = (f"vLLM {cfg.vllm_num_engines} engines x TP {cfg.vllm_tensor_parallel_size} = "
+                   f"{cfg.vllm_total_gpus}")
+    else:
+        engines = "HF rollout engine 1"
+    (shared if cfg.colocate_all_models else parts).append(engines)
+    text = " + ".join(parts)
+    if shared:
+        text += f" (with {', '.join(shared)} on the actor's GPUs: --colocate_all_models)"
+    return text
+
+
+def _fits(free: list[float], req: Request) -> int:
+    """How many of `req` fit into a node's free [cpu, gpu]."""
+    counts = [math.floor(have / need + 1e-9) for have, need in zip(free, (req.cpu, req.gpu), strict=True) if need]
+    return min(counts) if counts else req.count
+
+
+def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
+    """Place the requests node by node (PACK groups onto the emptiest nodes first, each engine on one
+    node); the problems name what did not fit and what was free."""
+    free = {n.ip: [n.cpus, n.gpus] for n in nodes}
+    problems = []
+
+    def free_text() -> str:
+        return ", ".join(f"{ip}: {g:g} GPUs {c:g} CPUs" for ip, (c, g) in free.items()) or "no alive node"
+
+    def need_text(r: Request) -> str:
+        return " + ".join(x for x in (f"{r.gpu:g} GPU" if r.gpu else "", f"{r.cpu:g} CPU") if x)
+
+    for req in reqs:
+        order = sorted(free, key=lambda ip: (-free[ip][1], -free[ip][0]))
+        if req.bundles:
+            taken, left = {}, req.count
+            for ip in order:
+                take = min(_fits(free[ip], req), left)
+                if take:
+                    taken[ip], left = take, left - take
+            if left:
+                problems.append(f"{req.what}: {req.count} bundles of {{{need_text(req)}}} do not fit, only "
+                                f"{req.count - left} do; free then: {free_text()}")
+                continue
+            for ip, n in taken.items():
+                free[ip][0] -= n * req.cpu
+                free[ip][1] -= n * req.gpu
+            continue
+        for i in range(req.count):
+            ip = next((ip for ip in order if _fits(free[ip], req) >= 1), None)
+            if ip is None:
+                problems.append(f"{req.what} {i + 1} of {req.count} needs {need_text(req)} on one node; free "
+                                f"then: {free_text()}")
+                break
+            free[ip][0] -= req.cpu
+            free[ip][1] -= req.gpu
+    return problems
+
+
+def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
+    gpus = uses_gpus(view, expects_gpus)
+    reqs = requests(cfg, gpus)
+    need_cpu = sum(r.count * r.cpu for r in reqs)
+    need_gpu = sum(r.count * r.gpu for r in reqs)
+    cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)
+    report.lines.append(f"cluster: {view.describe()}")
+    totals_ok = True
+    if gpus:
+        report.lines.append(f"GPUs: {_gpu_arithmetic(cfg)}; needs {need_gpu:g}, the cluster has {view.gpus:g}")
+        if need_gpu > view.gpus:
+            totals_ok = False
+            report.problems.append(f"not enough GPUs: {_gpu_arithmetic(cfg)} = {need_gpu:g} GPUs needed, "
+                                   f"the cluster has {view.gpus:g} ({view.describe()})")
+    report.lines.append(f"CPUs (Ray resources): {cpu_text} = {need_cpu:g}; the cluster has {view.cpus:g}")
+    if need_cpu > view.cpus + 1e-9:
+        totals_ok = False
+        report.problems.append(f"not enough CPUs: {cpu_text} = {need_cpu:g} CPUs of Ray resources needed "
+                               f"(a rank or engine takes {reqs[0].cpu:g}), the cluster has {view.cpus:g} "
+                               f"({view.describe()})")
+    max_node_gpus = max((n.gpus for n in view.nodes), default=0)
+    if gpus and cfg.rollout_backend == "vllm" and cfg.vllm_tensor_parallel_size > max_node_gpus:
+        totals_ok = False
+        report.problems.append(f"a vLLM engine runs on one node: --vllm_tensor_parallel_size "
+                               f"{cfg.vllm_tensor_parallel_size} needs {cfg.vllm_tensor_parallel_size} GPUs "
+                               f"on one node, the largest node has {max_node_gpus:g}")
+    if totals_ok:
+        report.problems += place(view.nodes, reqs)
+    if gpus:
+        layout = [(role, getattr(cfg, f"{role}_num_nodes"), getattr(cfg, f"{role}_num_gpus_per_node"))
+                  for role, present in (("actor", True), ("ref", cfg.needs_ref), ("critic", cfg.needs_critic))
+                  if present]
+        for role, nodes, per in layout:
+            if nodes > len(view.nodes) or per > max_node_gpus:
+                report.notes.append(f"--{role}_num_nodes {nodes} x --{role}_num_gpus_per_node {per}: the cluster "
+                                    f"has {len(view.nodes)} nodes of at most {max_node_gpus:g} GPUs; the trainer "
+                                    "packs ranks onto nodes (Ray PACK), so the layout will differ")
+
+
+# --- reward service and paths -----------------------------------------------------------------------------
+def classify(value: str, workdir: Path | None) -> str:
+    """'absolute' (a path on the nodes), 'workdir' (relative, uploaded with the working dir) or 'hub'."""
+    if value.startswith(("/", "~")):
+        return "absolute"
+    if value.startswith(("./", "../")) or (workdir is not None and (workdir / value).exists()):
+        return "workdir"
+    return "hub" if _HUB_ID_RE.match(value) else "workdir"
+
+
+def model_and_data(cfg: TrainerConfig) -> list[tuple[str, str, bool]]:
+    """(flag, value, needed on every node) for the inputs the job reads; data is read by the driver only."""
+    out = [("pretrain", cfg.pretrain or "", True)]
+    if cfg.needs_critic and cfg.critic_pretrain and cfg.critic_pretrain != cfg.pretrain:
+        out.append(("critic_pretrain", cfg.critic_pretrain, True))
+    out.append(("prompt_data", cfg.prompt_data or "", False))
+    return out
+
+
+def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
+    """What the probe job must look at: absolute paths on every node / on the head, hub ids, reward URLs."""
+    every, head, hub = [], [], []
+    for flag, value, on_every in model_and_data(cfg):
+        kind = classify(value, workdir)
+        if kind == "absolute":
+            (every if on_every else head).append(value)
+        elif kind == "hub" and flag != "prompt_data":
+            hub.append(value)
+    return {"paths": every, "head_paths": head, "hub_ids": hub, "reward_urls": list(cfg.remote_rm_url)}
+
+
+def check_inputs(cfg: TrainerConfig, view: ClusterView, workdir: Path | None, excludes: list[str],
+                 report: Report) -> None:
+    from rlrun.jobs import _excluded
+
+    for url in cfg.remote_rm_url:
+        status = view.reward.get(url)
+        if status is None:
+            report.notes.append(f"reward service {url}: not checked")
+        elif status != "ok":
+            report.problems.append(f"reward service {url}: {status} (asked from {view.reward_from}); the "
+                                   "trainer checks it at start and would stop there (`rlrun status` shows "
+                                   "the inventory's reward services)")
+        else:
+            report.lines.append(f"reward service {url}: ok (asked from {view.reward_from})")
+    for flag, value, on_every in model_and_data(cfg):
+        kind = classify(value, workdir)
+        where = "every node" if on_every else "the head (the driver reads it)"
+        if kind == "absolute":
+            if view.missing is None:
+                report.notes.append(f"--{flag} {value}: not looked for on the nodes")
+                continue
+            missing = view.missing.get(value, ())
+            if missing:
+                report.problems.append(f"--{flag} {value} does not exist on {', '.join(missing)} (it must be on "
+                                       f"{where}; copy it there or --set {flag}=PATH_ON_THE_NODES)")
+            else:
+                report.lines.append(f"--{flag} {value}: present on {where}")
+        elif kind == "workdir":
+            if workdir is None:
+                report.notes.append(f"--{flag} {value}: relative to the head's directory (no working dir uploaded)")
+            elif not (workdir / value).exists():
+                report.problems.append(f"--{flag} {value}: not in the working dir {workdir}")
+            elif _excluded(str(Path(value)), excludes):
+                report.problems.append(f"--{flag} {value}: in the working dir, but the upload leaves it out "
+                                       "(excluded pattern); keep it on the nodes and give an absolute path")
+            else:
+                report.lines.append(f"--{flag} {value}: uploaded with the working dir")
+        else:
+            missing = (view.missing or {}).get(value, ())
+            text = f"--{flag} {value}: a hub id, fetched by the job"
+            if missing:
+                text += f"; not in the Hugging Face cache of {', '.join(missing)} (needs the hub from the nodes)"
+            report.notes.append(text)
+
+
+def check(cfg: TrainerConfig, view: ClusterView, *, expects_gpus: bool = False, workdir: Path | None = None,
+          excludes: list[str] | None = None) -> Report:
+    """Everything that would stop ``cfg`` on the cluster ``view``; pure (no I/O but local paths)."""
+    report = Report()
+    if not view.nodes:
+        report.problems.append("the cluster has no alive node")
+        return report
+    check_placement(cfg, view, expects_gpus, report)
+    check_inputs(cfg, view, workdir, excludes or [], report)
+    return report
+
+
+# --- the live cluster ----------------------------------------------------------------------------------------
+def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jobs=None) -> ClusterView:
+    """The view of a live cluster: nodes from the state API; reward health and paths from a probe job
+    (``probe=True``), else reward health from this machine and paths not looked at."""
+    from rlrun.dashboard import list_nodes, reward_health
+
+    nodes = tuple(NodeView(n.node_ip, n.cpus, n.gpus, n.is_head)
+                  for n in list_nodes(cluster.dashboard_url, cluster.token) if n.alive)
+    request = probe_request(cfg, workdir)
+    if not any(request.values()):  # nothing on the nodes to look at
+        return ClusterView(nodes, {}, "this machine", {})
+    if not probe:
+        return ClusterView(nodes, {u: reward_health(u) for u in cfg.remote_rm_url}, "this machine", None)
+    from rlrun.probe import run_probe
+
+    found = run_probe(jobs, request)
+    missing = {k: tuple(v) for k, v in found["missing"].items()}
+    return ClusterView(nodes, found["reward"], f"the head {found['head']}", missing)

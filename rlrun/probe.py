@@ -1,0 +1,110 @@
+"""The probe job: look at the nodes of a live cluster before a trainer job is submitted.
+
+``run_probe`` submits this file's own source as a small Ray job (``python -c SOURCE REQUEST``, no
+working dir, no resources: it runs where the trainer's driver will, on the head) through the Jobs
+API with the cluster token. The job runs one zero-CPU task pinned to each alive node that reports
+which paths (and Hugging Face cache entries) are missing there, checks the head-only paths and the
+reward services' ``/health_check`` from the head, and prints one ``@probe {json}`` line. The job is
+deleted afterwards. Sending the source (rather than importing rlrun on the nodes) keeps the probe
+right even when the nodes run an older rlrun.
+
+Only the standard library and Ray are used inside the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+PROBE_TAG = "@probe"
+
+
+def _look(paths: list[str], hub_ids: list[str]) -> tuple[str, list[str]]:
+    """On one node: (its IP, the paths and hub ids missing there)."""
+    import ray
+
+    hub_cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    missing = [p for p in paths if not os.path.exists(os.path.expanduser(p))]
+    missing += [h for h in hub_ids if not os.path.isdir(os.path.join(hub_cache, "models--" + h.replace("/", "--")))]
+    return ray.util.get_node_ip_address(), missing
+
+
+def _health(url: str, timeout: float = 5.0) -> str:
+    """'ok' when the service behind `url` (.../get_reward) answers /health_check with 200, else why not."""
+    try:
+        with urllib.request.urlopen(url.rsplit("/", 1)[0] + "/health_check", timeout=timeout) as resp:
+            return "ok" if resp.status == 200 else f"HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return f"unreachable ({type(exc).__name__}: {getattr(exc, 'reason', exc)})"
+
+
+def main(argv: list[str]) -> int:
+    """Inside the probe job: argv[1] is the request (see ``jobcheck.probe_request``)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    req = json.loads(argv[1])
+    ray.init(log_to_driver=False)
+    look = ray.remote(num_cpus=0)(_look)
+    refs = [look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(req["paths"], req["hub_ids"]) for n in ray.nodes() if n["Alive"]]
+    missing: dict[str, list[str]] = {}
+    for ip, gone in ray.get(refs, timeout=req.get("timeout", 60)):
+        for item in gone:
+            missing.setdefault(item, []).append(ip)
+    head = ray.util.get_node_ip_address()
+    for path in req["head_paths"]:
+        if not os.path.exists(os.path.expanduser(path)):
+            missing.setdefault(path, []).append(head)
+    reward = {url: _health(url) for url in req["reward_urls"]}
+    print(PROBE_TAG, json.dumps({"missing": missing, "reward": reward, "head": head}), flush=True)
+    return 0
+
+
+def parse_probe_log(text: str) -> dict | None:
+    for line in text.splitlines():
+        if line.startswith(PROBE_TAG + " "):
+            return json.loads(line[len(PROBE_TAG) + 1:])
+    return None
+
+
+def run_probe(jobs, request: dict, timeout: float = 120.0) -> dict:
+    """Submit the probe job, wait for it, return its findings; the job is deleted afterwards."""
+    from rlrun.errors import RlrunError
+
+    source = Path(__file__).read_text(encoding="utf-8")
+    job_id = f"rlrun-probe-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    request = {**request, "timeout": timeout / 2}
+    jobs.submit(["python", "-c", source, json.dumps(request)], {}, job_id, metadata={"rlrun": "probe"})
+    deadline = time.monotonic() + timeout
+    status = jobs.status(job_id)
+    while status not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        if time.monotonic() > deadline:
+            jobs.stop(job_id)
+            raise RlrunError(f"the probe job {job_id} did not finish within {timeout:.0f} s (is the cluster busy "
+                             "or a node unresponsive?); skip the cluster checks with --no-check")
+        time.sleep(0.5)
+        status = jobs.status(job_id)
+    logs = jobs.logs(job_id)
+    found = parse_probe_log(logs) if status == "SUCCEEDED" else None
+    with contextlib.suppress(Exception):  # a leftover probe job is harmless
+        jobs.client.delete_job(job_id)
+    if found is None:
+        tail = "\n".join(logs.strip().splitlines()[-15:])
+        raise RlrunError(f"the probe job {job_id} ended {status} without findings; its log ends:\n{tail}\n"
+                         "(skip the cluster checks with --no-check)")
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

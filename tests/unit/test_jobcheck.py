@@ -1,0 +1,163 @@
+"""Checks of a job against a described cluster (no cluster needed): placement arithmetic per node,
+reward health, model and data paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlrun import presets as P
+from rlrun.jobcheck import ClusterView, NodeView, check, classify, probe_request
+from rlrun.jobs import DEFAULT_EXCLUDES
+
+REWARD = "http://10.0.0.5:5001/get_reward"
+TWO_BY_EIGHT = (NodeView("10.0.0.5", 64, 8, is_head=True), NodeView("10.0.0.4", 64, 8))
+ONE_MACHINE = (NodeView("127.0.0.2", 2, 0, is_head=True),)
+
+
+def job(name: str, *sets: str, workdir="/w"):
+    preset = P.load_preset(name, P.preset_dirs())
+    cfg = P.build_config(preset, P.parse_sets(sets), {"workdir": str(workdir), "reward_url": REWARD})
+    return cfg, preset.hardware.accelerator == "gpu"
+
+
+def healthy(nodes, missing=None) -> ClusterView:
+    return ClusterView(nodes, {REWARD: "ok"}, "the head 10.0.0.5", {} if missing is None else missing)
+
+
+def flat(report) -> str:
+    return "\n".join(report.lines + report.problems + report.notes)
+
+
+@pytest.mark.parametrize("name", ["1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "tiny-ppo", "tiny-rloo"])
+def test_every_preset_fits_a_two_by_eight_gpu_cluster(name):
+    cfg, gpus = job(name)
+    report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert any(line.startswith("GPUs: actor") and line.endswith("the cluster has 16") for line in report.lines)
+    assert f"reward service {REWARD}: ok (asked from the head 10.0.0.5)" in report.lines
+
+
+def test_32b_rloo_on_the_one_machine_cluster_is_refused_with_the_gpu_arithmetic():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
+    assert report.problems[0] == (
+        "not enough GPUs: actor 2 x 4 = 8 (with reference 2 x 4 = 8, vLLM 2 engines x TP 4 = 8 on the actor's "
+        "GPUs: --colocate_all_models) = 8 GPUs needed, the cluster has 0 (1 node (127.0.0.2 (head): 0 GPUs 2 CPUs))")
+    # Colocated engines live on the actor's bundles (trainer.placement): only the actor's CPUs count.
+    assert report.problems[1].startswith("not enough CPUs: actor 2 x 4: 8 x 1 = 8 CPUs")
+
+
+def test_colocation_fits_one_node_of_eight_with_a_note_on_the_layout():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, healthy((NodeView("10.0.0.5", 64, 8, True),)), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert any("--actor_num_nodes 2 x --actor_num_gpus_per_node 4: the cluster has 1 nodes" in n for n in report.notes)
+
+
+def test_without_colocation_every_group_needs_its_own_gpus():
+    cfg, gpus = job("32b-rloo", "colocate_all_models=false", "vllm_enable_sleep=false")
+    report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
+    assert report.problems == [
+        "not enough GPUs: actor 2 x 4 = 8 + reference 2 x 4 = 8 + vLLM 2 engines x TP 4 = 8 = 24 GPUs needed, "
+        "the cluster has 16 (2 nodes (10.0.0.5 (head): 8 GPUs 64 CPUs, 10.0.0.4: 8 GPUs 64 CPUs))"]
+
+
+def test_enough_gpus_in_total_but_an_engine_does_not_fit_on_one_node():
+    # actor 6 + reference 6 + 1 engine of TP 4 = 16 GPUs, but the groups leave 2 + 2 free on the two nodes
+    cfg, gpus = job("tiny-rloo", "actor_num_gpus_per_node=6", "ref_num_gpus_per_node=6",
+                    "vllm_tensor_parallel_size=4", "rollout_batch_size=12", "train_batch_size=48",
+                    "micro_rollout_batch_size=4", "micro_train_batch_size=8")
+    report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
+    assert report.problems == [
+        "vLLM engine (TP 4) 1 of 1 needs 4 GPU + 1 CPU on one node; free then: 10.0.0.5: 2 GPUs 58 CPUs, "
+        "10.0.0.4: 2 GPUs 58 CPUs"]
+
+
+def test_an_engine_wider_than_any_node_is_refused():
+    cfg, gpus = job("1.5b-grpo", "vllm_num_engines=2", "vllm_tensor_parallel_size=8")
+    nodes = tuple(NodeView(f"10.0.0.{i}", 32, 4) for i in range(4))
+    report = check(cfg, healthy(nodes), expects_gpus=gpus)
+    assert report.problems == ["a vLLM engine runs on one node: --vllm_tensor_parallel_size 8 needs 8 GPUs on one "
+                               "node, the largest node has 4"]
+
+
+def test_a_group_that_fits_in_total_but_not_in_free_bundles_is_refused():
+    # 16 actor bundles of {GPU 1, CPU 1}: the node with 4 CPUs holds 4 of its 8 GPUs' bundles, so only 12 fit
+    cfg, gpus = job("1.5b-grpo")
+    nodes = (NodeView("10.0.0.5", 40, 8, True), NodeView("10.0.0.4", 4, 8))
+    report = check(cfg, healthy(nodes), expects_gpus=gpus)
+    assert report.problems == ["actor 2 x 8: 16 bundles of {1 GPU + 1 CPU} do not fit, only 12 do; free then: "
+                               "10.0.0.5: 8 GPUs 40 CPUs, 10.0.0.4: 8 GPUs 4 CPUs"]
+
+
+def test_cpu_cluster_counts_a_quarter_cpu_per_rank_and_engine():
+    cfg, gpus = job("tiny-ppo")
+    assert check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus).ok
+    report = check(cfg, healthy((NodeView("127.0.0.6", 0.5, 0, True),)), expects_gpus=gpus)
+    assert report.problems[0].startswith(
+        "not enough CPUs: actor 1 x 1: 1 x 0.25 + reference 1 x 1: 1 x 0.25 + critic 1 x 1: 1 x 0.25 + vLLM engine "
+        "(TP 1): 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
+
+
+def test_a_cpu_preset_on_a_gpu_cluster_is_placed_on_gpus_as_the_trainer_does():
+    cfg, gpus = job("tiny-rloo")
+    report = check(cfg, healthy((NodeView("10.0.0.5", 4, 2, True),)), expects_gpus=gpus)
+    assert report.problems == ["not enough GPUs: actor 1 x 1 = 1 + reference 1 x 1 = 1 + vLLM 1 engines x TP 1 = 1 "
+                               "= 3 GPUs needed, the cluster has 2 (1 node (10.0.0.5 (head): 2 GPUs 4 CPUs))"]
+
+
+def test_an_unhealthy_reward_service_is_refused():
+    cfg, gpus = job("tiny-rloo")
+    view = ClusterView(ONE_MACHINE, {REWARD: "unreachable (URLError: [Errno 111] Connection refused)"},
+                       "the head 127.0.0.2", {})
+    report = check(cfg, view, expects_gpus=gpus)
+    assert report.problems == [f"reward service {REWARD}: unreachable (URLError: [Errno 111] Connection refused) "
+                               "(asked from the head 127.0.0.2); the trainer checks it at start and would stop "
+                               "there (`rlrun status` shows the inventory's reward services)"]
+
+
+def test_a_model_missing_on_one_node_is_refused_naming_the_node():
+    cfg, gpus = job("32b-rloo")
+    view = healthy(TWO_BY_EIGHT, missing={cfg.pretrain: ("10.0.0.4",)})
+    report = check(cfg, view, expects_gpus=gpus)
+    assert report.problems == [f"--pretrain {cfg.pretrain} does not exist on 10.0.0.4 (it must be on every node; "
+                               "copy it there or --set pretrain=PATH_ON_THE_NODES)"]
+    assert f"--prompt_data {cfg.prompt_data}: present on the head (the driver reads it)" in report.lines
+
+
+def test_paths_are_only_noted_when_the_nodes_were_not_looked_at():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, ClusterView(TWO_BY_EIGHT, {REWARD: "ok"}, "this machine", None), expects_gpus=gpus)
+    assert report.ok
+    assert f"--pretrain {cfg.pretrain}: not looked for on the nodes" in report.notes
+
+
+def test_a_relative_model_must_be_uploaded_with_the_working_dir(tmp_path):
+    (tmp_path / "build" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    excluded, _ = job("tiny-rloo", "pretrain=build/m", workdir=tmp_path)
+    report = check(excluded, healthy(ONE_MACHINE), workdir=tmp_path, excludes=DEFAULT_EXCLUDES)
+    assert report.problems == ["--pretrain build/m: in the working dir, but the upload leaves it out (excluded "
+                               "pattern); keep it on the nodes and give an absolute path"]
+    uploaded, _ = job("tiny-rloo", "pretrain=models/m", workdir=tmp_path)
+    report = check(uploaded, healthy(ONE_MACHINE), workdir=tmp_path, excludes=DEFAULT_EXCLUDES)
+    assert report.ok and "--pretrain models/m: uploaded with the working dir" in report.lines
+    gone, _ = job("tiny-rloo", "pretrain=./nope", workdir=tmp_path)
+    report = check(gone, healthy(ONE_MACHINE), workdir=tmp_path, excludes=DEFAULT_EXCLUDES)
+    assert report.problems == [f"--pretrain ./nope: not in the working dir {tmp_path}"]
+
+
+def test_hub_ids_are_noted_not_refused_and_probed_in_the_cache():
+    cfg, gpus = job("7b-ppo")
+    assert classify("Qwen/Qwen2.5-7B", None) == "hub" and classify("/data/x", None) == "absolute"
+    assert probe_request(cfg, None) == {"paths": [], "head_paths": ["/data/nq_search/train.parquet"],
+                                        "hub_ids": ["Qwen/Qwen2.5-7B"], "reward_urls": [REWARD]}
+    report = check(cfg, healthy(TWO_BY_EIGHT, missing={"Qwen/Qwen2.5-7B": ("10.0.0.4",)}), expects_gpus=gpus)
+    assert report.ok
+    assert ("--pretrain Qwen/Qwen2.5-7B: a hub id, fetched by the job; not in the Hugging Face cache of 10.0.0.4 "
+            "(needs the hub from the nodes)") in report.notes
+
+
+def test_no_alive_node_is_a_problem():
+    cfg, gpus = job("tiny-rloo")
+    assert check(cfg, ClusterView(()), expects_gpus=gpus).problems == ["the cluster has no alive node"]

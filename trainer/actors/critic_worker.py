@@ -1,0 +1,123 @@
+"""The critic of PPO (``--advantage_estimator gae``): the pretrained backbone plus a scalar value head.
+
+One rank of the critic group, on DeepSpeed like the policy (ZeRO-3 partitions the backbone at
+load). ``V(s_t)`` for the action at position t is the value head on the hidden state of the token
+before it, so values line up with the policy's per-action log-probs. Saved as the backbone's
+``save_pretrained`` plus ``value_head.safetensors``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.actors.group import DistributedWorker
+from trainer.actors.model_worker import ds_config, to_device
+from trainer.losses import value_loss
+
+
+class ValueModel(nn.Module):
+    """backbone (an ``AutoModel``) -> last hidden state -> Linear(hidden, 1)."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1, bias=False)
+        # Zero init: the first returns are learnt from, not fought against (OpenRLHF starts the same way
+        # from a reward model's head; a random head would add noise to the first advantages).
+        nn.init.zeros_(self.value_head.weight)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=position_ids).last_hidden_state
+        return self.value_head(hidden).squeeze(-1).float()
+
+
+class CriticWorker(DistributedWorker):
+    """One rank of the critic group."""
+
+    def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
+                   grad_accum: int = 1, learning_rate: float = 9e-6, adam_offload: bool = False,
+                   gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
+                   seed: int = 42) -> int:
+        import deepspeed
+        from transformers import AutoConfig, AutoModel
+        from transformers.integrations import HfDeepSpeedConfig
+
+        torch.manual_seed(seed)
+        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True)
+        self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
+        hidden = AutoConfig.from_pretrained(pretrain).hidden_size
+        backbone = AutoModel.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32)
+        if gradient_checkpointing:
+            backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = ValueModel(backbone, hidden)
+        if bf16:
+            model.value_head.to(torch.bfloat16)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if adam_offload:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
+        else:
+            optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
+        self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
+        return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
+
+    def _values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        num_actions = mb["action_mask"].size(1)
+        values = self.engine(mb["input_ids"], mb["attention_mask"])
+        return values[:, :-1][:, -num_actions:]
+
+    @torch.no_grad()
+    def batch_values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """V(s_t) for each action position of a micro-batch dict (as Experience.rows gives it)."""
+        self.engine.eval()
+        mb = to_device(mb, self.engine.device)
+        return (self._values(mb) * mb["action_mask"]).cpu()
+
+    def train_critic(self, micro_batches: list[dict[str, torch.Tensor]],
+                     value_clip: float | None = None) -> dict[str, float]:
+        """One optimizer step of the clipped value loss towards the GAE returns."""
+        self.engine.train()
+        totals = {"loss/critic": 0.0, "critic/clip_frac": 0.0, "critic/values": 0.0}
+        for mb in micro_batches:
+            mb = to_device(mb, self.engine.device)
+            mask = mb["action_mask"]
+            values = self._values(mb)
+            loss, clip_frac = value_loss(values, mb["values"], mb["returns"], mask, value_clip)
+            self.engine.backward(loss)
+            self.engine.step()
+            n = len(micro_batches)
+            totals["loss/critic"] += loss.item() / n
+            totals["critic/clip_frac"] += clip_frac.item() / n
+            totals["critic/values"] += ((values.detach() * mask).sum() / mask.sum().clamp(min=1)).item() / n
+        return totals
+
+    def save_hf(self, directory: str) -> None:
+        """The backbone with save_pretrained and the head as value_head.safetensors, from rank 0."""
+        import deepspeed
+        from safetensors.torch import save_file
+
+        module = self.engine.module
+        state: dict[str, torch.Tensor] = {}
+        for name, param in module.named_parameters():
+            with deepspeed.zero.GatheredParameters([param], enabled=hasattr(param, "ds_id")):
+                if self.rank == 0:
+                    state[name] = param.data.detach().clone().cpu()
+        if self.rank == 0:
+            backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+            module.backbone.save_pretrained(directory, state_dict=backbone, safe_serialization=True)
+            save_file({"weight": state["value_head.weight"].contiguous()}, f"{directory}/value_head.safetensors")
+
+    def save_checkpoint(self, directory: str, tag: str, client_state: dict[str, Any] | None = None) -> None:
+        self.engine.save_checkpoint(directory, tag=tag, client_state=client_state or {})
+
+    def load_checkpoint(self, directory: str, tag: str) -> dict[str, Any]:
+        _, client_state = self.engine.load_checkpoint(directory, tag=tag)
+        if client_state is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} of the critic in {directory}")
+        return client_state
