@@ -232,7 +232,9 @@ class Trainer:
         exp.scores = raw
         lengths = exp.action_mask.sum(-1)
         extra = {"reward/mean": raw.mean().item(), "reward/std": raw.std(unbiased=False).item(),
-                 "response_length/mean": lengths.mean().item()}
+                 "response_length/mean": lengths.mean().item(),
+                 # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
+                 "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel())}
         if exp.values is not None:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:

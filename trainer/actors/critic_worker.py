@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from trainer.actors.group import DistributedWorker
-from trainer.actors.model_worker import ds_config
+from trainer.actors.model_worker import ds_config, to_device
 from trainer.losses import value_loss
 
 
@@ -76,6 +76,7 @@ class CriticWorker(DistributedWorker):
     def batch_values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """V(s_t) for each action position of a micro-batch dict (as Experience.rows gives it)."""
         self.engine.eval()
+        mb = to_device(mb, self.engine.device)
         return (self._values(mb) * mb["action_mask"]).cpu()
 
     def train_critic(self, micro_batches: list[dict[str, torch.Tensor]],
@@ -84,6 +85,7 @@ class CriticWorker(DistributedWorker):
         self.engine.train()
         totals = {"loss/critic": 0.0, "critic/clip_frac": 0.0, "critic/values": 0.0}
         for mb in micro_batches:
+            mb = to_device(mb, self.engine.device)
             mask = mb["action_mask"]
             values = self._values(mb)
             loss, clip_frac = value_loss(values, mb["values"], mb["returns"], mask, value_clip)

@@ -32,6 +32,12 @@ def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, ad
     }
 
 
+def to_device(mb: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """A micro-batch's tensors on the engine's device: batches arrive through Ray as CPU tensors, and
+    DeepSpeed does not move a forward's inputs (on a GPU rank the embedding lookup would fail)."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
+
+
 class ModelWorker(DistributedWorker):
     """One rank of the policy or reference group."""
 
@@ -67,8 +73,12 @@ class ModelWorker(DistributedWorker):
             self.engine.eval()
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
+    def _to_device(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return to_device(mb, self.engine.device)
+
     def _action_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          num_actions: int) -> torch.Tensor:
+        input_ids, attention_mask = input_ids.to(self.engine.device), attention_mask.to(self.engine.device)
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         logits = self.engine(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
         logp = log_probs_from_logits(logits[:, :-1], input_ids[:, 1:], temperature=self.temperature)
@@ -92,6 +102,7 @@ class ModelWorker(DistributedWorker):
         self.engine.train()
         totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0}
         for mb in micro_batches:
+            mb = self._to_device(mb)
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
             loss, clip_frac = policy_loss(logp, mb["old_logprobs"], mb["advantages"], mask, eps_clip)
@@ -111,6 +122,7 @@ class ModelWorker(DistributedWorker):
         self.engine.train()
         total = 0.0
         for mb in micro_batches:
+            mb = self._to_device(mb)
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
             loss = -masked_mean(logp, mask)

@@ -108,9 +108,13 @@ class HfEngine(RolloutEngine):
             output_logits=True,
             **sampling,
         )
-        new = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits: [batch * n, steps, vocab]
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new[:, : logits.shape[1]].unsqueeze(-1)).squeeze(-1)
+        new_dev = out.sequences[:, width:]
+        # Raw log-probs of the sampled tokens, one step at a time on the model's device: stacking every
+        # step's logits ([batch * n, steps, vocab] float32, 10 GB for 64 x 256 tokens of a 152k vocab) and
+        # taking the softmax on the CPU cost more than the generation itself.
+        logp = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, new_dev[:, t : t + 1]).squeeze(-1)
+                            for t, step in enumerate(out.logits)], dim=1).cpu()  # fmt: skip
+        new = new_dev.cpu()
         samples = []
         for row in range(new.shape[0]):
             tokens = new[row].tolist()

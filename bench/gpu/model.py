@@ -1,0 +1,85 @@
+"""A random-init model of Qwen2.5-0.5B's shape, with a char-level tokenizer padded to its vocabulary.
+
+No model hub is reachable from the GPU machines, so the benchmarks train a model made here: Qwen2
+architecture (q/k/v biases, GQA 14/2 heads, tied embeddings) with Qwen2.5-0.5B's sizes (hidden 896,
+24 layers, MLP 4864, vocab 151936; 494M parameters). The tokenizer is :mod:`trainer.tiny`'s char-level
+one, its vocabulary padded with filler tokens ``<x123>`` up to the model's, so that every id a random
+model samples decodes to text (the reward function sees it) and the logits keep the real vocab's cost.
+
+    python bench/gpu/model.py OUT_DIR [--layers 24 --hidden 896 ... --dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                  num_key_value_heads=2, vocab_size=151936)
+
+
+def build_padded_tokenizer(vocab_size: int):
+    """trainer.tiny's char tokenizer with filler tokens ``<xN>`` for the ids up to ``vocab_size``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from trainer import tiny
+
+    vocab = {tok: i for i, tok in enumerate((*tiny.SPECIAL_TOKENS, *tiny.CHARACTERS))}
+    if vocab_size < len(vocab):
+        raise ValueError(f"vocab_size {vocab_size} is below the char tokenizer's {len(vocab)} tokens")
+    vocab.update({f"<x{i}>": i for i in range(len(vocab), vocab_size)})
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=tiny.UNK))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token=tiny.PAD, eos_token=tiny.EOS, unk_token=tiny.UNK, bos_token=None,
+        additional_special_tokens=[tiny.IM_START, tiny.IM_END], padding_side="left", model_max_length=32768,
+        clean_up_tokenization_spaces=False)
+    tok.chat_template = tiny.CHAT_TEMPLATE
+    return tok
+
+
+def make_qwen_shaped(out_dir: str | Path, dtype: str = "bfloat16", seed: int = 0, **overrides) -> Path:
+    """Save the model (safetensors, ``dtype``) and the padded tokenizer to ``out_dir``; returns it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    sizes = {**QWEN25_05B, **overrides}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_padded_tokenizer(sizes["vocab_size"])
+    tok.save_pretrained(str(out))
+    config = Qwen2Config(**sizes, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+                         tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                         bos_token_id=tok.eos_token_id, dtype=dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        setattr(model.generation_config, key, getattr(config, key))
+    model.save_pretrained(str(out), safe_serialization=True)
+    n = sum(p.numel() for p in model.parameters())
+    (out / "params.json").write_text(json.dumps({"params": n, **sizes}))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out_dir")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--seed", type=int, default=0)
+    for key, value in QWEN25_05B.items():
+        p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=value)
+    args = vars(p.parse_args(argv))
+    out = make_qwen_shaped(args.pop("out_dir"), dtype=args.pop("dtype"), seed=args.pop("seed"), **args)
+    print(json.loads((out / "params.json").read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""GPU-path fixes that a CPU can check (found preparing the H200 runs of bench/gpu/).
+
+- ModelWorker and CriticWorker: micro-batches arrive through Ray as CPU tensors and DeepSpeed does not move a forward's
+  inputs, so on a GPU rank the embedding lookup failed; the worker now moves them to ``engine.device``.
+  Checked with a stub engine on the ``meta`` device, which takes no CPU tensor either.
+- HfEngine: the log-probs of the sampled tokens are now taken step by step on the model's device instead of
+  stacking every step's full-vocabulary logits and taking the softmax on the CPU; they must stay the raw
+  model log-probs that a teacher-forced forward pass gives.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+META = torch.device("meta")
+
+
+class StubEngine:
+    """Stands for a DeepSpeedEngine whose module lives on ``device`` (meta: shapes only)."""
+
+    device = META
+
+    def __init__(self, vocab: int = 11):
+        self.vocab = vocab
+        self.seen: list[torch.device] = []
+
+    def __call__(self, input_ids, attention_mask, position_ids):
+        self.seen += [input_ids.device, attention_mask.device, position_ids.device]
+        return SimpleNamespace(logits=torch.empty(*input_ids.shape, self.vocab, device=self.device))
+
+
+def _worker():
+    pytest.importorskip("ray")
+    from trainer.actors.model_worker import ModelWorker
+
+    worker = ModelWorker(0, 1)
+    worker.engine = StubEngine()
+    worker.temperature = 1.0
+    return worker
+
+
+def test_forward_inputs_are_moved_to_the_engine_device():
+    worker = _worker()
+    ids = torch.randint(0, 11, (2, 6))
+    logp = worker._action_logprobs(ids, torch.ones(2, 6, dtype=torch.long), 3)
+    assert worker.engine.seen == [META, META, META]
+    assert logp.shape == (2, 3) and logp.device == META
+
+
+def test_micro_batch_tensors_go_to_the_engine_device_and_the_rest_is_kept():
+    worker = _worker()
+    mb = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "advantages": torch.zeros(2, 3), "tag": "x"}
+    moved = worker._to_device(mb)
+    assert moved["input_ids"].device == META and moved["advantages"].device == META
+    assert moved["input_ids"].dtype == torch.long and moved["tag"] == "x"
+    assert mb["input_ids"].device.type == "cpu"  # the caller's batch is left as it was
+
+
+class StubCriticEngine(StubEngine):
+    def __call__(self, input_ids, attention_mask):
+        self.seen += [input_ids.device, attention_mask.device]
+        return torch.zeros(*input_ids.shape, device=self.device)
+
+    def train(self):
+        pass
+
+    def backward(self, loss):
+        self.seen.append(loss.device)
+
+    def step(self):
+        pass
+
+
+def test_critic_moves_micro_batches_to_the_engine_device():
+    pytest.importorskip("ray")
+    from trainer.actors.critic_worker import CriticWorker
+
+    critic = CriticWorker(0, 1)
+    critic.engine = StubCriticEngine()
+    mb = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long),
+          "action_mask": torch.ones(2, 3), "values": torch.zeros(2, 3), "returns": torch.ones(2, 3)}
+    with pytest.raises((NotImplementedError, RuntimeError)):  # .item() of a meta loss: after the forward
+        critic.train_critic([mb])
+    assert critic.engine.seen[:3] == [META, META, META]  # inputs, then the loss, all on the engine's device
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tmp_path_factory):
+    from trainer.rollout.hf_engine import HfEngine
+    from trainer.tiny import make_model
+
+    path = make_model(tmp_path_factory.mktemp("hf") / "model", hidden_size=64, num_layers=2, num_heads=4)
+    return HfEngine(str(path), device="cpu")
+
+
+def test_hf_engine_logprobs_are_the_models_raw_logprobs(tiny_engine):
+    samples = tiny_engine.generate(["3+4=", "copy 4821="], n=3, temperature=1.0, max_new_tokens=12, seed=3)
+    assert len(samples) == 6
+    model = tiny_engine.model
+    for s in samples:
+        ids = torch.tensor([s.prompt_token_ids + s.response_token_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].float()
+        p = len(s.prompt_token_ids)
+        want = torch.log_softmax(logits[p - 1 : -1], dim=-1).gather(
+            -1, torch.tensor(s.response_token_ids).unsqueeze(-1)).squeeze(-1)
+        assert len(s.logprobs) == len(s.response_token_ids) > 0
+        assert torch.allclose(torch.tensor(s.logprobs), want, atol=1e-4), (s.logprobs, want.tolist())
