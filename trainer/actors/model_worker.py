@@ -139,21 +139,17 @@ class ModelWorker(DistributedWorker):
             self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend)
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
-        """Gather the ZeRO-3 parameters (every rank must call it) and, from rank 0, broadcast them to the
-        engines in buckets of `bucket_bytes`; returns the bytes sent (0 on the other ranks)."""
-        from trainer.sync import gather_zero3_params, iter_buckets, send_bucket, send_end
+        """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,
+        from rank 0, broadcast each bucket to the engines; returns the bytes sent (0 on the other ranks)."""
+        from trainer.sync import iter_zero3_buckets, send_bucket, send_end
 
-        params = gather_zero3_params(self.engine, bucket_bytes)
-        if self.rank != 0:
-            for _ in params:  # collective: take part in every gather
-                pass
-            return 0
         sent = 0
-        # clone: a gathered tensor is only valid until the next gather, and a bucket may span several
-        for bucket in iter_buckets(((name, t.clone()) for name, t in params), bucket_bytes):
-            send_bucket(self._sync, bucket)
-            sent += bucket.nbytes
-        send_end(self._sync)
+        for bucket in iter_zero3_buckets(self.engine, bucket_bytes):
+            if self.rank == 0:
+                send_bucket(self._sync, bucket)
+                sent += bucket.nbytes
+        if self.rank == 0:
+            send_end(self._sync)
         return sent
 
     def set_learning_rate(self, lr: float) -> None:
