@@ -150,6 +150,10 @@ class TrainerConfig:
     actor_learning_rate: float = flag(1e-6, "Actor learning rate.", group=T, gt=0)
     critic_learning_rate: float = flag(9e-6, "Critic learning rate (gae only).", group=T, gt=0)
     lr_warmup_ratio: float = flag(0.03, "Fraction of all steps spent in LR warm-up.", group=T, ge=0, le=1)
+    lr_scheduler: Literal["cosine_with_min_lr", "constant_with_warmup"] = flag(
+        "cosine_with_min_lr", "LR schedule after the warm-up: cosine down to 10 % of the rate, or constant "
+        "(trainer.schedule).", group=T,
+    )  # fmt: skip
     max_norm: float = flag(1.0, "Gradient clipping max norm.", group=T, gt=0)
     l2: float = flag(0.0, "Weight decay.", group=T, ge=0)
     seed: int = flag(42, "Random seed.", group=T, ge=0)

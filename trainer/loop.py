@@ -27,6 +27,7 @@ from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import gpu_share, process_cpus
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
+from trainer.schedule import learning_rate
 from trainer.sync import to_safetensors_bytes
 
 log = logging.getLogger("trainer")
@@ -58,7 +59,8 @@ class Trainer:
         pspec = GroupSpec("policy", cfg.actor_num_nodes, cfg.actor_num_gpus_per_node, use_gpus,
                           gpus_per_actor=share, cpus_per_actor=cpus)
         self.policy = ActorGroup(ModelWorker, pspec)
-        model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature)
+        model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
+                          flash_attn=cfg.flash_attn)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
                         grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
                         adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -79,11 +81,13 @@ class Trainer:
                             micro_batch=cfg.micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
-                            seed=cfg.seed)
+                            seed=cfg.seed, flash_attn=cfg.flash_attn)
         self.engines = self._start_engines(use_gpus)
         self.sync_backend = self._init_weight_sync(use_gpus)
         self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
+        self.total_train_steps = cfg.total_train_steps(len(self.prompts))
+        self.opt_step = 0  # optimizer steps taken: the position in the LR schedule (checkpointed)
         self.norm = RunningMeanStd() if cfg.normalize_reward else None
         self.step_no = 0
         wandb = (WandbLogger(cfg.use_wandb, cfg.wandb_project, cfg.wandb_run_name, cfg.to_dict(redact=True))
@@ -263,17 +267,23 @@ class Trainer:
             perm = torch.randperm(b, generator=gen)
             for start in range(0, b, cfg.train_batch_size):
                 batch = perm[start:start + cfg.train_batch_size]
-                refs = [a.train_policy.remote(m, eps_clip=cfg.eps_clip,
+                lr = learning_rate(cfg.actor_learning_rate, self.opt_step, self.total_train_steps,
+                                   cfg.lr_warmup_ratio, cfg.lr_scheduler)
+                refs = [a.train_policy.remote(m, eps_clip=cfg.eps_clip, lr=lr,
                                               kl_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0)
                         for a, m in zip(self.policy.actors, self._micro(exp, batch, self.policy), strict=True)]
                 if self.critic is not None:  # the critic steps on the same minibatch, at the same time
-                    crefs = [a.train_critic.remote(m, value_clip=cfg.value_clip)
+                    clr = learning_rate(cfg.critic_learning_rate, self.opt_step, self.total_train_steps,
+                                        cfg.lr_warmup_ratio, cfg.lr_scheduler)
+                    crefs = [a.train_critic.remote(m, value_clip=cfg.value_clip, lr=clr)
                              for a, m in zip(self.critic.actors, self._micro(exp, batch, self.critic), strict=True)]
                     for key, value in _mean_of(ray.get(crefs)).items():
                         sums[key] = sums.get(key, 0.0) + value
                 for key, value in _mean_of(ray.get(refs)).items():
                     sums[key] = sums.get(key, 0.0) + value
                 steps += 1
+                self.opt_step += 1
+                sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _init_weight_sync(self, use_gpus: bool) -> str:
@@ -325,7 +335,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         cfg = self.cfg
         tag = f"global_step{self.step_no}"
-        client = {"step": self.step_no, "sampler": self.sampler.state_dict(),
+        client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler.state_dict(),
                   "norm": self.norm.state_dict() if self.norm else None}
         self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
         if self.critic is not None:
@@ -348,6 +358,7 @@ class Trainer:
         if self.critic is not None:
             self.critic.run("load_checkpoint", str(Path(self.cfg.ckpt_path) / "critic"), tag)
         self.step_no = client["step"]
+        self.opt_step = client.get("opt_step", 0)
         self.sampler.load_state_dict(client["sampler"])
         if self.norm is not None and client.get("norm"):
             self.norm.load_state_dict(client["norm"])

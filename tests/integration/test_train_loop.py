@@ -27,6 +27,8 @@ def _flags(tmp, out, episodes, extra=()):
             "--train_batch_size", "8", "--micro_train_batch_size", "2", "--generate_max_len", "8",
             "--prompt_max_len", "64", "--num_episodes", str(episodes), "--max_samples", "8", "--zero_stage", "3",
             "--actor_learning_rate", "3e-3", "--init_kl_coef", "0.01", "--temperature", "1.0",
+            # A constant rate: the schedule's length follows --num_episodes, which the resume test changes.
+            "--lr_scheduler", "constant_with_warmup", "--lr_warmup_ratio", "0",
             "--save_path", str(out), "--ckpt_path", str(out / "ckpt"), *extra]
 
 

@@ -109,3 +109,13 @@ def test_hf_engine_logprobs_are_the_models_raw_logprobs(tiny_engine):
             -1, torch.tensor(s.response_token_ids).unsqueeze(-1)).squeeze(-1)
         assert len(s.logprobs) == len(s.response_token_ids) > 0
         assert torch.allclose(torch.tensor(s.logprobs), want, atol=1e-4), (s.logprobs, want.tolist())
+
+
+def test_flash_attn_is_refused_clearly_without_cuda_and_sdpa_is_the_default():
+    import pytest
+
+    from trainer.actors.model_worker import attn_implementation
+
+    assert attn_implementation(False) == "sdpa"
+    with pytest.raises(RuntimeError, match="--flash_attn needs CUDA GPUs"):
+        attn_implementation(True)

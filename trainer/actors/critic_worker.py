@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from trainer.actors.group import DistributedWorker
-from trainer.actors.model_worker import ds_config, to_device
+from trainer.actors.model_worker import attn_implementation, ds_config, to_device
 from trainer.losses import value_loss
 
 
@@ -42,7 +42,7 @@ class CriticWorker(DistributedWorker):
     def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
                    grad_accum: int = 1, learning_rate: float = 9e-6, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
-                   seed: int = 42) -> int:
+                   seed: int = 42, flash_attn: bool = False) -> int:
         import deepspeed
         from transformers import AutoConfig, AutoModel
         from transformers.integrations import HfDeepSpeedConfig
@@ -51,7 +51,8 @@ class CriticWorker(DistributedWorker):
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True)
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
-        backbone = AutoModel.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32)
+        backbone = AutoModel.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
+                                             attn_implementation=attn_implementation(flash_attn))
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ValueModel(backbone, hidden)
@@ -80,8 +81,11 @@ class CriticWorker(DistributedWorker):
         return (self._values(mb) * mb["action_mask"]).cpu()
 
     def train_critic(self, micro_batches: list[dict[str, torch.Tensor]],
-                     value_clip: float | None = None) -> dict[str, float]:
-        """One optimizer step of the clipped value loss towards the GAE returns."""
+                     value_clip: float | None = None, lr: float | None = None) -> dict[str, float]:
+        """One optimizer step of the clipped value loss towards the GAE returns (at `lr` when given)."""
+        if lr is not None:
+            for group in self.engine.optimizer.param_groups:
+                group["lr"] = lr
         self.engine.train()
         totals = {"loss/critic": 0.0, "critic/clip_frac": 0.0, "critic/values": 0.0}
         for mb in micro_batches:

@@ -15,6 +15,20 @@ from trainer.actors.group import DistributedWorker
 from trainer.losses import log_probs_from_logits, masked_mean, policy_loss
 
 
+def attn_implementation(flash_attn: bool) -> str:
+    """FlashAttention-2 when asked for (CUDA + the flash-attn package), else PyTorch's SDPA."""
+    if not flash_attn:
+        return "sdpa"
+    if not torch.cuda.is_available():
+        raise RuntimeError("--flash_attn needs CUDA GPUs (FlashAttention-2); this node has none: drop the flag")
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        raise RuntimeError("--flash_attn needs the flash-attn package on the nodes (pip install flash-attn), "
+                           "or drop the flag") from None
+    return "flash_attention_2"
+
+
 def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
               max_norm: float = 1.0, train: bool = True) -> dict[str, Any]:
     """The DeepSpeed config of one model (training or inference)."""
@@ -44,7 +58,7 @@ class ModelWorker(DistributedWorker):
     def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
                    grad_accum: int = 1, learning_rate: float | None = None, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
-                   seed: int = 42, temperature: float = 1.0) -> int:
+                   seed: int = 42, temperature: float = 1.0, flash_attn: bool = False) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only."""
         import deepspeed
         from transformers import AutoModelForCausalLM
@@ -56,7 +70,8 @@ class ModelWorker(DistributedWorker):
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
-        model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
+                                                     attn_implementation=attn_implementation(flash_attn))
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         optimizer = None
@@ -95,10 +110,13 @@ class ModelWorker(DistributedWorker):
         return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
 
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], eps_clip: float = 0.2,
-                     kl_coef: float = 0.0) -> dict[str, float]:
-        """One optimizer step over this rank's micro-batches (PPO clipped loss, optional KL loss)."""
+                     kl_coef: float = 0.0, lr: float | None = None) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches (PPO clipped loss, optional KL loss), at
+        learning rate `lr` when given (the trainer's schedule)."""
         from trainer.losses import kl_loss
 
+        if lr is not None:
+            self.set_learning_rate(lr)
         self.engine.train()
         totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0}
         for mb in micro_batches:
