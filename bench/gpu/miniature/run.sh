@@ -73,6 +73,12 @@ case $kind in
         "$pkg"/*.whl "$pkg"/extra/*.whl || return 1
       DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
         --target /tmp/site "$pkg"/deepspeed-*.tar.gz || return 1
+      # pack.sh leaves the dashboard's web build out (8.9 MB); Ray's dashboard refuses to start without
+      # the directory (FrontendNotFoundError), and with it the Jobs API: an empty one will do.
+      mkdir -p /tmp/site/ray/dashboard/client/build/static
+      [ -f /tmp/site/ray/dashboard/client/build/index.html ] ||
+        echo "<html><body>Ray dashboard web UI not installed (bench/gpu/pack.sh)</body></html>" \
+          >/tmp/site/ray/dashboard/client/build/index.html
       touch /tmp/site/.installed
     }
     stage install install || { cat "$summary"; exit 1; }
@@ -127,8 +133,8 @@ make_inputs() {
   fi
   "$python3_bin" -m trainer.tiny dataset "$work/copy.jsonl" --n 256 --kind copy --max-digits 4
 }
-stage inputs make_inputs >"$out/inputs.log" 2>&1 || { cat "$out/inputs.log"; exit 1; }
-tail -1 "$summary"
+stage inputs make_inputs >"$out/inputs.log" 2>&1 &
+inputs_pid=$!
 
 stage site ansible-playbook -i $inv site.yml >"$out/site.log" 2>&1
 rc=$?
@@ -139,6 +145,8 @@ if [ $rc -ne 0 ]; then
   stage teardown ansible-playbook -i $inv playbooks/teardown.yml >"$out/teardown.log" 2>&1
   exit 1
 fi
+wait $inputs_pid || { cat "$out/inputs.log"; exit 1; }
+grep inputs "$summary"
 stage status rlrun -i $inv status >"$out/status.txt" 2>&1
 tail -1 "$summary"
 cat "$out/status.txt"
