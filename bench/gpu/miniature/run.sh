@@ -141,7 +141,13 @@ rc=$?
 tail -1 "$summary"
 grep -E "^(PLAY RECAP|node[12] |localhost )|stack found" "$out/site.log"
 if [ $rc -ne 0 ]; then
-  grep -B2 -A25 -E "fatal|ERROR" "$out/site.log" | head -80
+  grep -B2 -A25 -E "fatal|ERROR" "$out/site.log" | head -60
+  # The nodes' own logs: the supervisors' and Ray's dashboard / raylet / GCS.
+  tar czf "$out/node_logs.tgz" "$HOME/.rlrun/$cluster" /tmp/rlrun-$(id -un)/$cluster-node*/session_latest/logs \
+    --exclude venv 2>/dev/null
+  for f in "$HOME"/.rlrun/$cluster/node1/service/*.log /tmp/rlrun-$(id -un)/$cluster-node1/session_latest/logs/dashboard.log; do
+    [ -f "$f" ] && { echo "--- $f"; tail -15 "$f"; }
+  done
   stage teardown ansible-playbook -i $inv playbooks/teardown.yml >"$out/teardown.log" 2>&1
   exit 1
 fi
