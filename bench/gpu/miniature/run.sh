@@ -73,15 +73,15 @@ case $kind in
         "$pkg"/*.whl "$pkg"/extra/*.whl || return 1
       DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
         --target /tmp/site "$pkg"/deepspeed-*.tar.gz || return 1
-      # pack.sh leaves the dashboard's web build out (8.9 MB); Ray's dashboard refuses to start without
-      # the directory (FrontendNotFoundError), and with it the Jobs API: an empty one will do.
-      mkdir -p /tmp/site/ray/dashboard/client/build/static
-      [ -f /tmp/site/ray/dashboard/client/build/index.html ] ||
-        echo "<html><body>Ray dashboard web UI not installed (bench/gpu/pack.sh)</body></html>" \
-          >/tmp/site/ray/dashboard/client/build/index.html
       touch /tmp/site/.installed
     }
     stage install install || { cat "$summary"; exit 1; }
+    # Older packs of bench/gpu/pack.sh left the dashboard's web build out without a stub: Ray's
+    # dashboard refuses to start without the directory (FrontendNotFoundError), and with it the Jobs
+    # API (seen on the x4, 2026-11-21). An empty one will do; checked on every run, installed or not.
+    build=/tmp/site/ray/dashboard/client/build
+    mkdir -p $build/static
+    [ -f $build/index.html ] || echo "<html><body>Ray dashboard web UI not installed</body></html>" >$build/index.html
     tail -1 "$summary"
     export PYTHONPATH=/tmp/site:$root PATH=/tmp/site/bin:$PATH
     # The dashboard (Jobs API) needs opentelemetry's generated protobuf code to load on the image's
