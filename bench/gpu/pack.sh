@@ -16,6 +16,10 @@ tmp=$(mktemp -d)
 unzip -q "$dir"/ray-2.60.0-cp312-*.whl -d "$tmp"
 # Not needed to run Ray core actors: Java jars (33 MB), RLlib, ray.llm, the dashboard's web build.
 rm -rf "$tmp"/ray/jars "$tmp"/ray/rllib "$tmp"/ray/llm "$tmp"/ray/dashboard/client/build
+# The dashboard (and with it the Jobs API) refuses to start without its build directory: leave a stub.
+mkdir -p "$tmp"/ray/dashboard/client/build/static
+echo "<html><body>Ray dashboard web UI left out by bench/gpu/pack.sh</body></html>" \
+  >"$tmp"/ray/dashboard/client/build/index.html
 tar -cJf "$dir/ray312.tar.xz" -C "$tmp" .
 rm -rf "$tmp" "$dir"/ray-2.60.0-cp312-*.whl
 du -sh "$dir"
