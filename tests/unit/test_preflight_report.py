@@ -59,3 +59,10 @@ def test_the_script_prints_one_table_and_exits_1_on_problems():
     clean = {"reference": "head", "hosts": {"head": host(), "w1": host()}}
     proc = subprocess.run([sys.executable, str(REPORT)], input=json.dumps(clean), capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("preflight: no problems on 2 hosts (head, w1)")
+
+
+def test_a_venv_missing_everywhere_is_a_fresh_cluster_but_missing_somewhere_is_a_problem():
+    fresh = {**host(), "check": {"versions": None, "venv_missing": "/v/bin/python", "problems": []}}
+    assert report.rows_of({"reference": "head", "hosts": {"head": fresh, "w1": fresh}}) == []
+    assert report.rows_of({"reference": "head", "hosts": {"head": host(), "w1": fresh}}) == [
+        ("w1", "versions", "no Python at /v/bin/python (the venv is missing; site.yml installs it)")]

@@ -20,6 +20,9 @@ def rows_of(data):
     ref_name = data.get("reference")
     ref = (hosts.get(ref_name) or {}).get("check") or {}
     ref_versions = ref.get("versions")
+    checks = [r["check"] for r in hosts.values() if r.get("check")]
+    # Fresh hosts: no venv anywhere yet is no problem (site.yml installs it); some without it is.
+    fresh = bool(checks) and all(c.get("venv_missing") for c in checks)
     for host in sorted(hosts):
         res = hosts[host]
         check = res.get("check")
@@ -28,6 +31,8 @@ def rows_of(data):
             continue
         for item in check["problems"]:
             rows.append((host, item["check"], item["problem"]))
+        if check.get("venv_missing") and not fresh:
+            rows.append((host, "versions", f"no Python at {check['venv_missing']} (the venv is missing; site.yml installs it)"))
         versions = check.get("versions")
         if versions and ref_versions and host != ref_name:
             for name in sorted(set(ref_versions) | set(versions)):
@@ -68,6 +73,8 @@ def main():
     tried = sum((data["hosts"][h].get("probe") or {}).get("tried", 0) for h in hosts)
     print(f"preflight: no problems on {len(hosts)} host{'' if len(hosts) == 1 else 's'} ({', '.join(hosts)}); "
           f"{tried} probes between them answered")
+    if all((data["hosts"][h].get("check") or {}).get("venv_missing") for h in hosts):
+        print("versions not compared: no host has the venv yet (site.yml installs the same stack on every host)")
     return 0
 
 
