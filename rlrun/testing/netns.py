@@ -9,8 +9,9 @@ removes completely:
   veth pair (``rl<index>v<n>`` outside, ``eth0`` inside) with the host's address,
   and no default route: nothing in a lab can reach beyond the lab;
 - per host an sshd listening on the host's address only, with its own host key
-  and config, in a private mount namespace (its own /run) and UTS namespace (its
-  own hostname), accepting the lab's client key for root from the lab network.
+  and config, in a private mount namespace (its own /run, and an empty root
+  ~/.bashrc: a stock shell) and UTS namespace (its own hostname), accepting the
+  lab's client key for root from the lab network.
 
 Ansible then reaches each host over real SSH, and Ray nodes and the reward
 service started there have their own address and port space and talk over real
@@ -38,7 +39,9 @@ import atexit
 import ipaddress
 import json
 import os
+import pwd
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -261,11 +264,17 @@ class Lab:
             "",
         ]))
         log = hd / "sshd.log"
+        # A stock root shell: sshd runs every command through root's bash, which reads
+        # ~/.bashrc; this machine's (pyenv init) costs ~0.4 s per command, not what a
+        # fresh host has. The lab's sessions see an empty one (their mount namespace only).
+        (hd / "bashrc").write_text("# lab host: a stock root shell (rlrun.testing.netns)\n")
+        bashrc = Path(pwd.getpwuid(0).pw_dir) / ".bashrc"
+        hide = f'mount --bind "$6" {shlex.quote(str(bashrc))} && ' if bashrc.is_file() else ""
         # ip netns exec, unshare and sh all exec: the PID we get is sshd's own.
         self._sshd[host] = subprocess.Popen(
             ["ip", "netns", "exec", self.netns(host), "unshare", "--mount", "--uts", "--propagation", "private",
-             "/bin/sh", "-c", 'hostname "$1" && mount --bind "$2" /run && exec "$3" -D -f "$4" -E "$5"', "sh",
-             host, str(hd / "run"), SSHD, str(config), str(log)],
+             "/bin/sh", "-c", f'hostname "$1" && mount --bind "$2" /run && {hide}exec "$3" -D -f "$4" -E "$5"', "sh",
+             host, str(hd / "run"), SSHD, str(config), str(log), str(hd / "bashrc")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "ab"),  # noqa: SIM115
             start_new_session=True, close_fds=True)
         return " ".join(hostkey.with_suffix(".pub").read_text().split()[:2])
