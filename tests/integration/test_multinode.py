@@ -21,7 +21,7 @@ import pytest
 from rlrun.dashboard import list_nodes
 from rlrun.testing.inventory import set_host_vars, write_cluster_inventory
 from rlrun.testing.netns import Lab
-from tests.conftest import BIN, ansible_env, playbook, rlrun
+from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -123,6 +123,27 @@ def _wait(predicate, timeout: float, what: str):
         time.sleep(1)
 
 
+def test_preflight_on_a_local_inventory_finds_a_port_taken_by_a_stranger(tmp_path):
+    """The same preflight on a one-node inventory of this machine (ansible_connection: local)."""
+    inv = write_inventory(tmp_path, "pflocal", "127.0.0.9", 9100)
+    clean = rlrun(inv, "check", timeout=600)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
+    assert "no problems on 1 host (localhost)" in clean.stdout
+    stranger = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                                 "s.bind(('127.0.0.9', 9110)); s.listen(); time.sleep(600)"])
+    try:
+        _wait(lambda: f":{9110:04X} ".encode() in Path("/proc/net/tcp").read_bytes(), 30, "the stranger's port")
+        taken = rlrun(inv, "check", timeout=600)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    out = " ".join((taken.stdout + taken.stderr).split())
+    assert taken.returncode == 1, out[-3000:]
+    assert re.search(rf"localhost +ports +127\.0\.0\.9:9110 \(ray_node__node_manager_port\) is held by "
+                     rf"pid {stranger.pid} ", out), out[-3000:]
+    assert "1 problem on 1 host" in out
+
+
 def test_preflight_passes_before_bringup_and_leaves_nothing(lab, inv_a):
     check = rlrun(inv_a, "check", timeout=600)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
@@ -155,7 +176,7 @@ def test_preflight_reports_every_problem_in_one_table(lab, cluster_a, tmp_path):
          "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 9300)); s.listen(); time.sleep(600)"])
     lab.exec("worker2", ["ip", "route", "add", "blackhole", f"{HOSTS['head']}/32"])
     try:
-        _wait(lambda: b":2454 " in Path(f"/proc/{stranger.pid}/net/tcp").read_bytes(), 30, "the stranger's port")
+        _wait(lambda: f":{9300:04X} ".encode() in Path(f"/proc/{stranger.pid}/net/tcp").read_bytes(), 30, "the stranger's port")
         check = rlrun(inv, "check", timeout=600)
     finally:
         lab.exec("worker2", ["ip", "route", "del", "blackhole", f"{HOSTS['head']}/32"], check=False)
