@@ -9,6 +9,7 @@ exit code and the tail of its output. Everything it starts runs in sessions of
 its own, ended by session id before it exits, so it leaves no process behind.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -47,10 +48,8 @@ for name, proc in procs.items():
         if not left:
             break
         for pid in left:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.5)
     out = proc.communicate()[0].decode(errors="replace")
     result[name] = {"still_running": running, "rc": proc.returncode, "tail": out[-1500:]}
