@@ -271,12 +271,12 @@ class Lab:
         bashrc = Path(pwd.getpwuid(0).pw_dir) / ".bashrc"
         hide = f'mount --bind "$6" {shlex.quote(str(bashrc))} && ' if bashrc.is_file() else ""
         # ip netns exec, unshare and sh all exec: the PID we get is sshd's own.
-        self._sshd[host] = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns(host), "unshare", "--mount", "--uts", "--propagation", "private",
-             "/bin/sh", "-c", f'hostname "$1" && mount --bind "$2" /run && {hide}exec "$3" -D -f "$4" -E "$5"', "sh",
-             host, str(hd / "run"), SSHD, str(config), str(log), str(hd / "bashrc")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log, "ab"),  # noqa: SIM115
-            start_new_session=True, close_fds=True)
+        with open(log, "ab") as err:
+            self._sshd[host] = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns(host), "unshare", "--mount", "--uts", "--propagation", "private",
+                 "/bin/sh", "-c", f'hostname "$1" && mount --bind "$2" /run && {hide}exec "$3" -D -f "$4" -E "$5"',
+                 "sh", host, str(hd / "run"), SSHD, str(config), str(log), str(hd / "bashrc")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         return " ".join(hostkey.with_suffix(".pub").read_text().split()[:2])
 
     def _wait_ssh(self, timeout: float) -> None:
@@ -307,16 +307,6 @@ class Lab:
                                "sshd_pid": self._sshd[h].pid if h in self._sshd else None}
                            for h, a in self.hosts.items()}}
         (self.dir / "lab.json").write_text(json.dumps(state, indent=2) + "\n")
-
-    @classmethod
-    def load(cls, index: int) -> Lab:
-        """The lab `index` as its create recorded it."""
-        path = Path(f"/tmp/rlrun-lab{index}/lab.json")
-        try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise LabError(f"no lab {index}: cannot read {path} ({exc})") from None
-        return cls(index, {h: v["address"] for h, v in state["hosts"].items()}, owner=state.get("owner", ""))
 
     # ------------------------------------------------------------------ use
     def ssh_argv(self, host: str) -> list[str]:
