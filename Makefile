@@ -1,6 +1,6 @@
 # The two set-up commands of the README:
 #   make demo   venv + pinned stack, provision the embedded one-machine cluster, run a job on it
-#   make test   venv + pinned stack, lint, pytest (unit + integration), molecule default
+#   make test   venv + pinned stack, lint, pytest (unit + integration), molecule default + multinode
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
@@ -45,8 +45,11 @@ pytest: venv
 	python -m pytest -ra
 	python -m pytest -ra -m vllm_inproc tests/integration/test_vllm_engine.py
 
+# multinode: 4 hosts made of network namespaces on this machine (needs root,
+# iproute2 and openssh-server; .ci/run installs them), converged over SSH.
 molecule: venv
 	molecule test -s default
+	molecule test -s multinode
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache

@@ -76,7 +76,7 @@ def _print_run(result, action: str) -> None:
             err_console.print(f"[red]{host}[/red]: {error}", markup=True, highlight=False)
 
 
-def _playbook(obj: Context, name: str, verbose: bool, action: str) -> None:
+def _playbook(obj: Context, name: str, verbose: bool, action: str, show_messages: bool = False) -> None:
     from rlrun.provision import run_playbook
 
     def progress(task: str) -> None:
@@ -86,6 +86,9 @@ def _playbook(obj: Context, name: str, verbose: bool, action: str) -> None:
     result = run_playbook(name, obj.inventory, verbose=verbose, progress=progress,
                           vault_password_file=obj.vault_password_file)
     _print_run(result, action)
+    if show_messages and not verbose:
+        for message in result.messages:
+            console.print(message, highlight=False)
     if result.rc != 0:
         raise RlrunError(f"`rlrun {action}` failed on {sorted(h for h, r in result.hosts.items() if r.failed or r.unreachable)} "
                          f"(ansible exit {result.rc})")
@@ -111,8 +114,9 @@ def down(obj, verbose):
 @click.option("-v", "--verbose", is_flag=True, help="Show Ansible's own output.")
 @pass_ctx
 def check(obj, verbose):
-    """Check the running cluster against the inventory (nodes, CPUs, GPUs)."""
-    _playbook(obj, "status", verbose, "check")
+    """Preflight every host: same versions, ports free (or this cluster's) and reachable,
+    ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward service; one table of problems."""
+    _playbook(obj, "preflight", verbose, "check", show_messages=True)
 
 
 def _fmt_time(ms) -> str:

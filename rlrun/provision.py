@@ -16,6 +16,7 @@ PLAYBOOKS = {
     "up": PROJECT_DIR / "site.yml",
     "down": PROJECT_DIR / "playbooks" / "teardown.yml",
     "status": PROJECT_DIR / "playbooks" / "status.yml",
+    "preflight": PROJECT_DIR / "playbooks" / "preflight.yml",
 }
 
 
@@ -33,11 +34,13 @@ class HostResult:
 class RunResult:
     rc: int
     hosts: dict[str, HostResult]
+    # What the playbook's debug tasks printed (e.g. the preflight's verdict).
+    messages: list[str] = field(default_factory=list)
 
 
 def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: dict | None = None,
                  progress=None, vault_password_file: str | None = None) -> RunResult:
-    """Run playbook `name` (up | down | status) against `inventory`."""
+    """Run playbook `name` (up | down | status | preflight) against `inventory`."""
     import ansible_runner
 
     playbook = PLAYBOOKS[name]
@@ -76,7 +79,13 @@ def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: d
                           ("dark", "unreachable"), ("skipped", "skipped")]:
             for host, count in (stats.get(key) or {}).items():
                 setattr(hosts.setdefault(host, HostResult()), attr, count)
+        messages = []
         for event in runner.events:
+            data = event.get("event_data", {})
+            if event.get("event") == "runner_on_ok" and data.get("task_action") in ("ansible.builtin.debug", "debug"):
+                msg = data.get("res", {}).get("msg")
+                if isinstance(msg, str):
+                    messages.append(msg)
             if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
                 data = event.get("event_data", {})
                 if data.get("ignore_errors"):
@@ -87,6 +96,6 @@ def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: d
                     msg = "; ".join(str(r.get("msg")) for r in res["results"] if r.get("failed")) or msg
                 hosts.setdefault(data.get("host", "?"), HostResult()).errors.append(
                     f"{data.get('task', '?')}: {str(msg).strip()}")
-        return RunResult(rc=runner.rc, hosts=hosts)
+        return RunResult(rc=runner.rc, hosts=hosts, messages=messages)
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -1,0 +1,150 @@
+"""Bring-up time of a cluster over SSH, for 2, 4 and 8 nodes made of network namespaces.
+
+    sudo .venv/bin/python bench/bringup.py                 # 2, 4, 8 nodes (as memory allows)
+    sudo .venv/bin/python bench/bringup.py --nodes 2 --profile
+
+For each size: a lab of N hosts (rlrun.testing.netns, lab 53), an inventory
+(head + N-1 workers, the reward service on the head, 1 CPU and 128 MiB of
+object store per node), then wall time of `ansible-playbook site.yml` fresh
+(the Python stack is already installed: the hosts share this checkout's venv),
+again with nothing changed, and of teardown.yml; the lab is removed after each
+size. Prints the curve, the targets (2 nodes fresh <= 25 s, no-change <= 10 s)
+and the machine's load average, which these figures depend on.
+--profile adds the slowest tasks of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from rlrun.testing.inventory import write_cluster_inventory  # noqa: E402
+from rlrun.testing.netns import Lab, LabError  # noqa: E402
+
+# Resident memory of one idle node of this size (raylet, GCS/dashboard on the
+# head, agents, one prestarted worker), measured here: ~0.5 GiB; 0.8 with margin.
+NODE_GIB = 0.8
+TARGETS = {"fresh": 25.0, "rerun": 10.0}
+
+TASKTIME = '''
+import time
+from ansible.plugins.callback import CallbackBase
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION, CALLBACK_TYPE, CALLBACK_NAME, CALLBACK_NEEDS_ENABLED = 2.0, "aggregate", "tasktime", True
+    def __init__(self):
+        super().__init__(); self.times, self.task, self.t0 = {}, None, 0.0
+    def _close(self):
+        if self.task:
+            self.times[self.task] = self.times.get(self.task, 0.0) + time.monotonic() - self.t0
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._close(); self.task, self.t0 = task.get_name(), time.monotonic()
+    def v2_playbook_on_stats(self, stats):
+        self._close()
+        for name, secs in sorted(self.times.items(), key=lambda kv: -kv[1])[:8]:
+            self._display.display(f"TASKTIME {secs:6.1f} s  {name}")
+'''
+
+
+def mem_available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def run(inventory: Path, playbook: str, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    start = time.monotonic()
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+                           str(PROJECT / playbook)], capture_output=True, text=True, env=env, cwd=PROJECT)
+    return time.monotonic() - start, proc
+
+
+def changed(output: str) -> int:
+    return sum(int(n) for n in re.findall(r"^\S+\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M))
+
+
+def bench(n: int, index: int, profile: bool, work: Path) -> dict:
+    hosts = {f"n{i}": f"10.244.{index}.{10 + i}" for i in range(1, n + 1)}
+    lab = Lab(index, hosts, owner=f"bench-{os.getpid()}")
+    t0 = time.monotonic()
+    lab.create()
+    result = {"nodes": n, "lab": time.monotonic() - t0}
+    try:
+        inv = write_cluster_inventory(work / f"n{n}" / "inventory", lab, "bench", 9100, head="n1",
+                                      workers=[h for h in hosts if h != "n1"])
+        env = {**os.environ, "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+               "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"), "ANSIBLE_NOCOLOR": "1",
+               "RAY_USAGE_STATS_ENABLED": "0",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        if profile:
+            (work / "cb").mkdir(exist_ok=True)
+            (work / "cb" / "tasktime.py").write_text(TASKTIME)
+            env.update(ANSIBLE_CALLBACK_PLUGINS=str(work / "cb"), ANSIBLE_CALLBACKS_ENABLED="tasktime")
+        for phase, playbook in (("fresh", "site.yml"), ("rerun", "site.yml"), ("teardown", "playbooks/teardown.yml")):
+            secs, proc = run(inv, playbook, env)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{n} nodes, {phase}: {playbook} failed:\n{proc.stdout[-3000:]}")
+            result[phase] = secs
+            result[f"{phase}_changed"] = changed(proc.stdout)
+            if profile:
+                print(f"  {n} nodes, {phase} ({secs:.1f} s), slowest tasks:")
+                for line in re.findall(r"^TASKTIME (.*)$", proc.stdout, re.M):
+                    print(f"    {line}")
+    finally:
+        lab.destroy()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="2,4,8", help="comma-separated cluster sizes (default 2,4,8)")
+    parser.add_argument("--index", type=int, default=53, help="lab index: subnet 10.244.INDEX.0/24 (default 53)")
+    parser.add_argument("--profile", action="store_true", help="print each run's slowest tasks")
+    args = parser.parse_args()
+    try:
+        sizes = [int(s) for s in args.nodes.split(",")]
+    except ValueError:
+        parser.error(f"--nodes {args.nodes!r}: expected comma-separated integers, e.g. 2,4,8")
+    if any(not 2 <= s <= 200 for s in sizes):
+        parser.error(f"--nodes {args.nodes!r}: each size must be between 2 and 200")
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rlrun-bench-") as tmp:
+        for n in sizes:
+            need, have = n * NODE_GIB + 1, mem_available_gib()
+            if have < need:
+                print(f"{n} nodes: skipped, needs ~{need:.1f} GiB, {have:.1f} GiB available")
+                continue
+            try:
+                row = bench(n, args.index, args.profile, Path(tmp))
+            except (LabError, RuntimeError) as exc:
+                print(f"{n} nodes: failed: {exc}", file=sys.stderr)
+                return 1
+            rows.append(row)
+            print(f"{n} nodes: fresh {row['fresh']:.1f} s, no-change {row['rerun']:.1f} s "
+                  f"({row['rerun_changed']} changed), teardown {row['teardown']:.1f} s", flush=True)
+    print(f"load average at end:   {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print()
+    print("nodes  fresh s  no-change s  changed  teardown s  lab s")
+    for r in rows:
+        print(f"{r['nodes']:>5}  {r['fresh']:>7.1f}  {r['rerun']:>11.1f}  {r['rerun_changed']:>7}  "
+              f"{r['teardown']:>10.1f}  {r['lab']:>5.1f}")
+    two = next((r for r in rows if r["nodes"] == 2), None)
+    if two:
+        for phase, target in TARGETS.items():
+            verdict = "met" if two[phase] <= target else "MISSED"
+            print(f"target 2 nodes {phase}: <= {target:.0f} s, measured {two[phase]:.1f} s: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

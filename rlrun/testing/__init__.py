@@ -1,0 +1,1 @@
+"""Test helpers that ship with rlrun: network-namespace hosts (`rlrun.testing.netns`)."""

@@ -1,0 +1,448 @@
+#!/usr/bin/python
+"""Preflight on one node: what this host has, and what its peers must reach.
+
+A module of the preflight role (runs on the node with its own python3, 3.8+,
+pipelined: no temp script, no terminal):
+
+  mode=check  versions of the venv, ulimit -n, /dev/shm, interfaces, GPUs, ports;
+              binds the node's free ports and leaves a listener on them (a
+              detached child, returned as listener={pid, start}) for the peers
+  mode=probe  connects to the peers' ports, asks the reward services' /health_check
+  mode=stop   ends the listener that check left (only if PID and start time match)
+
+spec is the mode's input (see the role's vars/main.yml). Problems are data
+(returned, never failures): tasks/report.yml merges them into one table.
+
+Ports: a port is fine when it is free, or held by this cluster's own service on
+this node (the processes in the session its supervisor recorded, or in its
+systemd unit's cgroup): a preflight on a running cluster does not fail on its own
+ports. A free port is bound for the probes only where the service that will own
+it is not running, so a preflight never takes a port from a running cluster.
+"""
+
+
+import errno
+import glob
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: preflight_node
+short_description: One node's part of rlrun's preflight (check, probe, stop).
+options:
+  mode:
+    description: check, probe or stop.
+    type: str
+    required: true
+    choices: [check, probe, stop]
+  spec:
+    description: The mode's input.
+    type: dict
+    required: true
+"""
+
+VERSIONS = r"""
+import json, platform, sys
+from importlib import metadata
+out = {"python": platform.python_version()}
+for name in sys.argv[1:]:
+    try:
+        out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def session_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(") ", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cgroup_of(pid):
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def start_time(pid):
+    """Start time of `pid` in clock ticks since boot (tells a PID from a reused one)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def all_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def service_state(svc):
+    """(running, supervisor pid, session id) of a node_service service on this host."""
+    pid = sid = None
+    try:
+        with open(svc["pidfile"]) as fh:
+            pid = int(fh.read().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid and svc["script"] in cmdline(pid):
+        try:
+            with open(svc["pidfile"] + ".sid") as fh:
+                sid = int(fh.read().strip())
+        except (OSError, ValueError):
+            sid = session_of(pid)
+        return True, pid, sid
+    # systemd: a unit named like the service with processes in its cgroup.
+    unit = f"/{svc['name']}.service"
+    for p in all_pids():
+        if unit in cgroup_of(p):
+            return True, p, None
+    return False, None, None
+
+
+def own_pids(services):
+    """PIDs of this cluster's own services on this host (their sessions or units)."""
+    sids, units = set(), []
+    for svc in services:
+        running, _pid, sid = service_state(svc)
+        if running and sid:
+            sids.add(sid)
+        units.append(f"/{svc['name']}.service")
+    own = set()
+    for p in all_pids():
+        if session_of(p) in sids or any(u in cgroup_of(p) for u in units):
+            own.add(p)
+    return own
+
+
+def listening_inodes():
+    """{port: [(local address, inode)]} of this network namespace's listening TCP sockets."""
+    found = {}
+    for path, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            with open(path) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A":  # 0A = LISTEN
+                continue
+            addr_hex, port_hex = fields[1].rsplit(":", 1)
+            # The kernel prints each 32-bit word of the address in host (little-endian) order.
+            raw = b"".join(bytes.fromhex(addr_hex[i:i + 8])[::-1] for i in range(0, len(addr_hex), 8))
+            if not v6:
+                addr = socket.inet_ntoa(raw)
+            elif raw[:12] == b"\0" * 10 + b"\xff\xff":  # ::ffff:a.b.c.d, an IPv4 address
+                addr = socket.inet_ntoa(raw[12:])
+            else:
+                addr = "::" if raw == b"\0" * 16 else socket.inet_ntop(socket.AF_INET6, raw)
+            found.setdefault(int(port_hex, 16), []).append((addr, fields[9]))
+    return found
+
+
+def holders(inodes):
+    """{inode: pid} for the sockets `inodes`, as far as this user can see."""
+    wanted, out = set(inodes), {}
+    if not wanted:
+        return out
+    for pid in all_pids():
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in wanted:
+                out.setdefault(target[8:-1], pid)
+    return out
+
+
+def describe(port, address, listeners, owners, own):
+    """Who holds `port` on `address` (or on every address): ('own'|'foreign', text)."""
+    relevant = [(a, i) for a, i in listeners.get(port, []) if a in (address, "0.0.0.0", "::")]
+    if not relevant:
+        return "foreign", "held by a socket not listening (TIME_WAIT or another namespace)"
+    texts = []
+    for a, inode in relevant:
+        pid = owners.get(inode)
+        if pid in own:
+            return "own", f"held by this cluster (pid {pid})"
+        texts.append(f"pid {pid} ({cmdline(pid)[:80]}) on {a}" if pid else
+                     f"a process this user cannot see, on {a}")
+    return "foreign", "held by " + "; ".join(texts)
+
+
+def check(cfg):
+    host = cfg["host"]
+    out = {"problems": [], "targets": [], "listener": None, "running": {}, "health": []}
+
+    def problem(check_name, text):
+        out["problems"].append({"check": check_name, "problem": text})
+
+    # Versions of the node's venv.
+    python = os.path.join(cfg["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        # Data, not a problem yet: the report decides (on fresh hosts no venv exists anywhere).
+        out["versions"] = None
+        out["venv_missing"] = python
+    else:
+        try:
+            proc = subprocess.run([python, "-c", VERSIONS] + cfg["packages"], capture_output=True,
+                                  text=True, timeout=120)
+            out["versions"] = json.loads(proc.stdout)
+        except (subprocess.TimeoutExpired, ValueError) as exc:
+            out["versions"] = None
+            problem("versions", f"cannot read versions with {python}: {exc}")
+
+    # Open-file limit the services set (ulimit -n).
+    nofile = int(cfg["nofile"])
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = hard
+    if os.geteuid() == 0:
+        try:
+            with open("/proc/sys/fs/nr_open") as fh:
+                ceiling = int(fh.read())
+        except (OSError, ValueError):
+            pass
+    if hard != resource.RLIM_INFINITY and nofile > ceiling:
+        which = "fs.nr_open" if os.geteuid() == 0 else "hard limit of this user"
+        problem("ulimit", f"ulimit -n {nofile} (accel_env__nofile_limit) cannot be set here: the limit is {ceiling} ({which})")
+
+    # /dev/shm (the object store and NCCL's shared-memory transport live there).
+    try:
+        st = os.statvfs("/dev/shm")
+        shm = st.f_frsize * st.f_blocks
+        if shm < cfg["min_shm"]:
+            problem("/dev/shm", f"/dev/shm is {shm / 2**30:.2f} GiB, at least {cfg['min_shm'] / 2**30:.2f} GiB "
+                                f"needed ({cfg['min_shm_why']})")
+    except OSError as exc:
+        problem("/dev/shm", f"cannot read /dev/shm: {exc.strerror}")
+
+    # Interfaces for NCCL and Gloo.
+    try:
+        ifaces = sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        ifaces = []
+    for var, value in sorted(cfg["interfaces"].items()):
+        if not value:
+            continue
+        if var == "GLOO_SOCKET_IFNAME":
+            names, exact = [value], True
+        elif value.startswith("^"):
+            continue  # an exclusion list names what NCCL must not use
+        else:
+            exact = value.startswith("=")
+            names = [n for n in value.lstrip("=").split(",") if n]
+        matches = [i for i in ifaces if any(i == n if exact else i.startswith(n) for n in names)]
+        if not matches:
+            problem("interface", f"{var}={value}: no such interface here (have: {', '.join(ifaces)})")
+        for iface in matches[:1]:
+            try:
+                with open(f"/sys/class/net/{iface}/operstate") as fh:
+                    state = fh.read().strip()
+            except OSError:
+                state = "unknown"
+            if state == "down":
+                problem("interface", f"{var}={value}: interface {iface} is down")
+
+    # GPUs as the inventory says.
+    if cfg["gpus"] is not None:
+        vendor = cfg["gpu_vendor"]
+        if vendor == "nvidia":
+            found = len(glob.glob("/proc/driver/nvidia/gpus/*")) or \
+                len([d for d in glob.glob("/dev/nvidia[0-9]*") if d[len("/dev/nvidia"):].isdigit()])
+        elif vendor == "amd":
+            found = 0
+            for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+                try:
+                    with open(props) as fh:
+                        found += any(line.split()[:1] == ["simd_count"] and int(line.split()[1]) > 0
+                                     for line in fh)
+                except (OSError, ValueError, IndexError):
+                    pass
+        else:
+            found = 0
+        usable = found
+        if cfg["visible_devices"]:
+            bad = [d for d in cfg["visible_devices"] if int(d) >= found]
+            if bad:
+                problem("gpus", f"accel_env__visible_devices {cfg['visible_devices']}: devices {bad} do not exist "
+                                f"({found} {vendor} GPUs found)")
+            usable = min(found, len(cfg["visible_devices"]))
+        if float(cfg["gpus"]) > usable:
+            problem("gpus", f"the inventory gives this node {float(cfg['gpus']):g} GPUs (ray_node__num_gpus), "
+                            f"{usable} {vendor} GPUs are usable")
+
+    # Ports: free, or held by this cluster's own services.
+    services = cfg["services"]
+    running = {s["kind"]: service_state(s)[0] for s in services}
+    out["running"] = running
+    own = own_pids(services)
+    listeners = listening_inodes()
+    owners = holders([i for entries in listeners.values() for _a, i in entries])
+    bound, missing = [], set()
+    for item in cfg["ports"]:
+        name, port, kind, address = item["key"], int(item["value"]), item["kind"], item["address"]
+        if address in missing:
+            continue
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRNOTAVAIL:
+                missing.add(address)
+                problem("address", f"{address} is not an address of this host (rlrun__node_address / reward_server__host)")
+                continue
+            if exc.errno != errno.EADDRINUSE:
+                problem("ports", f"cannot bind {address}:{port} ({name}): {exc.strerror}")
+                continue
+            whose, text = describe(port, address, listeners, owners, own)
+            if whose == "own":
+                out["targets"].append({"host": host, "name": name, "port": port, "address": address, "state": "own"})
+            else:
+                problem("ports", f"{address}:{port} ({name}) is {text}")
+            continue
+        if running.get(kind) or not cfg["listen"]:
+            sock.close()  # free on a running node (Ray opens some ports later): nothing to probe
+            continue
+        sock.listen(64)
+        bound.append(sock)
+        out["targets"].append({"host": host, "name": name, "port": port, "address": address, "state": "listener"})
+    if running.get("reward") and cfg.get("reward_health_url"):
+        out["health"].append({"host": host, "url": cfg["reward_health_url"]})
+    # The worker port range: no process of anyone else may listen inside it.
+    address = cfg["address"]
+    if cfg["worker_range"]:
+        low, high = cfg["worker_range"]
+        taken = []
+        checked = {int(item["value"]) for item in cfg["ports"]}
+        for port in range(int(low), int(high) + 1):
+            if port not in checked and any(a in (address, "0.0.0.0", "::") for a, _i in listeners.get(port, [])):
+                whose, text = describe(port, address, listeners, owners, own)
+                if whose != "own":
+                    taken.append(f"{port} {text}")
+        if taken:
+            shown = "; ".join(taken[:3]) + ("; ..." if len(taken) > 3 else "")
+            problem("ports", f"{len(taken)} ports of the worker range {low}-{high} are taken: {shown}")
+    if bound:
+        pid = serve(bound, float(cfg["listen_seconds"]))
+        out["listener"] = {"pid": pid, "start": start_time(pid)}
+    return out
+
+
+def serve(socks, seconds):
+    """Fork a detached child that accepts (and closes) connections on `socks` for `seconds`
+    or until SIGTERM; return its PID. The parent closes its copies."""
+    pid = os.fork()
+    if pid:
+        for s in socks:
+            s.close()
+        return pid
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ready, _w, _x = select.select(socks, [], [], 1.0)
+            for s in ready:
+                try:
+                    conn, _addr = s.accept()
+                    conn.close()
+                except OSError:
+                    pass
+    finally:
+        os._exit(0)
+
+
+def connect(address, port, timeout):
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def health(url, timeout):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return None if resp.status == 200 else f"HTTP {resp.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def probe(cfg):
+    timeout = float(cfg["timeout"])
+    jobs = [(t, connect, (t["address"], int(t["port"]), timeout)) for t in cfg["targets"]]
+    jobs += [(t, health, (t["url"], timeout * 2)) for t in cfg["health"]]
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        futures = [(t, pool.submit(fn, *args)) for t, fn, args in jobs]
+        failures = []
+        for target, fut in futures:
+            err = fut.result()
+            if err:
+                failures.append(dict(target, error=err))
+    return {"failures": failures, "tried": len(jobs)}
+
+
+def stop(cfg):
+    pid = int(cfg["pid"])
+    if start_time(pid) != cfg["start"]:
+        return {"stopped": False, "why": f"pid {pid} is no longer this preflight's listener"}
+    os.kill(pid, signal.SIGTERM)
+    return {"stopped": True}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"mode": {"type": "str", "required": True, "choices": ["check", "probe", "stop"]},
+                       "spec": {"type": "dict", "required": True}},
+        supports_check_mode=True)
+    mode, cfg = module.params["mode"], module.params["spec"]
+    if mode == "check":
+        cfg = dict(cfg, listen=cfg.get("listen", True) and not module.check_mode)
+        result = check(cfg)
+    elif mode == "probe":
+        result = probe(cfg)
+    else:
+        result = stop(cfg)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Multi-node for real: three hosts made of network namespaces (lab 52), each with
+its own address, port space and sshd; the playbooks reach them over SSH and the
+Ray nodes talk over TCP. Preflight before and while the cluster runs, and the
+safety behaviours: a re-run under a running job, a change to one worker, a
+worker killed by a signal, teardown beside a second cluster on the same hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlrun.dashboard import list_nodes
+from rlrun.testing.inventory import set_host_vars, write_cluster_inventory
+from rlrun.testing.netns import Lab
+from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
+
+pytestmark = pytest.mark.integration
+
+HOSTS = {"head": "10.244.52.11", "worker1": "10.244.52.12", "worker2": "10.244.52.13"}
+A, A_PORT = "mna", 9100  # the cluster under test: ports 9100-9399, reward service on the head at 9150
+B, B_PORT = "mnb", 9400  # a second cluster on the same hosts: ports 9400-9599 (workers 9500-9599)
+
+
+def _root_with_tools() -> str | None:
+    if os.geteuid() != 0:
+        return "network-namespace hosts need root"
+    missing = [t for t in ("ip", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd") if not shutil.which(t)]
+    return f"missing {missing} (apt-get install iproute2 openssh-server)" if missing else None
+
+
+@pytest.fixture(scope="module")
+def lab():
+    why = _root_with_tools()
+    if why:
+        pytest.skip(why)
+    lab = Lab(52, dict(HOSTS), owner=f"pytest-{os.getpid()}").create()
+    try:
+        yield lab
+    finally:
+        lab.destroy()
+        assert lab.leftovers() == []
+
+
+def _only_sshd_left(lab: Lab) -> dict[str, list[str]]:
+    """Per host, the processes of its namespace other than sshd (empty lists: nothing left)."""
+    out = {}
+    for host in lab.hosts:
+        pids = [str(p) for p in lab.pids(host)]
+        rows = subprocess.run(["ps", "-o", "comm=,args=", "-p", ",".join(pids)], capture_output=True,
+                              text=True).stdout.splitlines() if pids else []
+        out[host] = [r for r in rows if not r.startswith("sshd")]
+    return out
+
+
+def _inventory(root: Path, lab: Lab, name: str, port: int, **kw) -> Path:
+    return write_cluster_inventory(root, lab, name, port, head="head", workers=["worker1", "worker2"],
+                                   worker_ports=200 if port == A_PORT else 100, **kw)
+
+
+@pytest.fixture(scope="module")
+def inv_a(lab, tmp_path_factory) -> Path:
+    return _inventory(tmp_path_factory.mktemp("mna") / "inventory", lab, A, A_PORT)
+
+
+@pytest.fixture(scope="module")
+def cluster_a(lab, inv_a):
+    up = playbook(inv_a, "site.yml")
+    assert up.returncode == 0, up.stdout[-5000:]
+    yield inv_a
+    playbook(inv_a, "playbooks/teardown.yml")
+
+
+def _token(inv: Path, name: str) -> str:
+    return (inv / ".secrets" / f"{name}-ray.token").read_text().strip()
+
+
+def _dashboard(port: int) -> str:
+    return f"http://{HOSTS['head']}:{port + 1}"
+
+
+def _alive(inv: Path, name: str, port: int) -> dict[str, object]:
+    """node ip -> Node, for the alive nodes of a cluster."""
+    return {n.node_ip: n for n in list_nodes(_dashboard(port), _token(inv, name)) if n.alive}
+
+
+def _changed(output: str) -> dict[str, int]:
+    """changed= per host from a playbook's recap."""
+    found = dict(re.findall(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", output, re.M))
+    assert found, output[-3000:]
+    return {host: int(n) for host, n in found.items()}
+
+
+def _pids(lab: Lab, name: str) -> dict[str, tuple[int, int]]:
+    """host -> (supervisor PID, `ray start` PID) of cluster `name`'s Ray node on each host."""
+    out = {}
+    for host in lab.hosts:
+        role = "head" if host == "head" else "worker"
+        pidfile = lab.dir / "state" / name / host / "service" / f"rlrun-{name}-ray-{role}.pid"
+        supervisor = int(pidfile.read_text())
+        children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(supervisor)], capture_output=True,
+                                  text=True).stdout.split()
+        out[host] = (supervisor, int(children[0]) if children else -1)
+    return out
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(1)
+
+
+def test_preflight_on_a_local_inventory_finds_a_port_taken_by_a_stranger(tmp_path):
+    """The same preflight on a one-node inventory of this machine (ansible_connection: local)."""
+    inv = write_inventory(tmp_path, "pflocal", "127.0.0.9", 9100)
+    clean = rlrun(inv, "check", timeout=600)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
+    assert "no problems on 1 host (localhost)" in clean.stdout
+    stranger = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                                 "s.bind(('127.0.0.9', 9110)); s.listen(); time.sleep(600)"])
+    try:
+        _wait(lambda: f":{9110:04X} ".encode() in Path("/proc/net/tcp").read_bytes(), 30, "the stranger's port")
+        taken = rlrun(inv, "check", timeout=600)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    out = " ".join((taken.stdout + taken.stderr).split())
+    assert taken.returncode == 1, out[-3000:]
+    assert re.search(rf"localhost +ports +127\.0\.0\.9:9110 \(ray_node__node_manager_port\) is held by "
+                     rf"pid {stranger.pid} ", out), out[-3000:]
+    assert "1 problem on 1 host" in out
+
+
+def test_preflight_passes_before_bringup_and_leaves_nothing(lab, inv_a):
+    check = rlrun(inv_a, "check", timeout=600)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    found = re.search(r"no problems on 3 hosts \(head, worker1, worker2\); (\d+) probes", check.stdout)
+    # Each host reaches the other two hosts' ports (8 on a worker, 12 on the head).
+    assert found and int(found.group(1)) == 2 * (12 + 8) + 2 * 8, check.stdout
+    # Its temporary listeners are gone again; nothing else of it runs.
+    assert _only_sshd_left(lab) == {h: [] for h in lab.hosts}
+
+
+def test_preflight_passes_on_the_running_cluster(cluster_a):
+    check = rlrun(cluster_a, "check", timeout=600)
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert "no problems on 3 hosts" in check.stdout
+
+
+def test_preflight_reports_every_problem_in_one_table(lab, cluster_a, tmp_path):
+    bare = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    inv = tmp_path / "inventory"
+    shutil.copytree(cluster_a, inv)
+    set_host_vars(inv, {
+        "head": {"preflight__min_shm_bytes": 2**50},
+        "worker1": {"accel_env__gloo_socket_ifname": "eth9", "accel_env__nofile_limit": 2**31},
+        "worker2": {"ray_node__num_gpus": 1, "rlrun__venv": str(bare)},
+    })
+    # A stranger listening inside worker1's worker port range, and worker2 cut off from the head.
+    stranger = subprocess.Popen(
+        ["ip", "netns", "exec", lab.netns("worker1"), sys.executable, "-c",
+         "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 9300)); s.listen(); time.sleep(600)"])
+    lab.exec("worker2", ["ip", "route", "add", "blackhole", f"{HOSTS['head']}/32"])
+    try:
+        _wait(lambda: f":{9300:04X} ".encode() in Path(f"/proc/{stranger.pid}/net/tcp").read_bytes(), 30, "the stranger's port")
+        check = rlrun(inv, "check", timeout=600)
+    finally:
+        lab.exec("worker2", ["ip", "route", "del", "blackhole", f"{HOSTS['head']}/32"], check=False)
+        stranger.kill()
+        stranger.wait()
+    out = " ".join((check.stdout + check.stderr).split())  # rich wraps long lines
+    assert check.returncode == 1, out[-3000:]
+    for host, what in [
+        ("head", r"/dev/shm /dev/shm is [\d.]+ GiB, at least 1048576\.00 GiB needed \(preflight__min_shm_bytes\)"),
+        ("worker1", r"interface GLOO_SOCKET_IFNAME=eth9: no such interface here \(have: eth0, lo\)"),
+        ("worker1", r"ulimit ulimit -n 2147483648 \(accel_env__nofile_limit\) cannot be set here"),
+        ("worker1", rf"ports 1 ports of the worker range 9200-9399 are taken: 9300 held by pid {stranger.pid} "),
+        ("worker2", r"gpus the inventory gives this node 1 GPUs \(ray_node__num_gpus\), 0 cpu GPUs are usable"),
+        ("worker2", r"versions ray missing here, 2\.60\.0 on head"),
+        ("worker2", r"reachable cannot reach head 10\.244\.52\.11:9100 \(ray_node__gcs_port\)"),
+        ("worker2", r"reward reward service of head \(http://10\.244\.52\.11:9150/health_check\) does not answer"),
+        ("head", r"reachable cannot reach worker2 10\.244\.52\.13:9110 \(ray_node__node_manager_port\)"),
+    ]:
+        assert re.search(rf"{host} +{what}", out), f"{host}: {what} not in:\n{out[-4000:]}"
+
+
+JOB = """
+import time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+@ray.remote(num_cpus=0.1)
+class Beat:
+    def where(self):
+        return ray.util.get_node_ip_address()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+beats = [Beat.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+for i in range(900):
+    print("beat", i, " ".join(sorted(ray.get([b.where.remote() for b in beats]))), flush=True)
+    time.sleep(1)
+"""
+
+
+def _beats(inv: Path, job: str) -> list[int]:
+    """The beat numbers a job printed in which all three nodes answered."""
+    logs = rlrun(inv, "logs", job).stdout
+    both = " ".join(sorted(HOSTS.values()))
+    return [int(m.group(1)) for m in re.finditer(r"^beat (\d+) (.*)$", logs, re.M) if m.group(2) == both]
+
+
+def test_rerun_while_a_job_runs_keeps_the_job_running_and_every_pid(lab, cluster_a):
+    sub = rlrun(cluster_a, "submit", "--no-working-dir", "--", "python", "-c", JOB)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip()
+    try:
+        _wait(lambda: _beats(cluster_a, job), 180, "the job's actors on all three nodes")
+        pids = _pids(lab, A)
+        again = playbook(cluster_a, "site.yml")
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert _changed(again.stdout) == {"head": 0, "worker1": 0, "worker2": 0, "localhost": 0}
+        assert _pids(lab, A) == pids
+        assert rlrun(cluster_a, "status", job).stdout.startswith(f"{job}: RUNNING"), job
+        last = max(_beats(cluster_a, job))
+        _wait(lambda: max(_beats(cluster_a, job)) >= last + 3, 60, "more beats from all three nodes")
+    finally:
+        rlrun(cluster_a, "stop", job)
+
+
+def test_changing_one_workers_variables_restarts_that_worker_only(lab, cluster_a):
+    before = _pids(lab, A)
+    set_host_vars(cluster_a, {"worker2": {"ray_node__num_cpus": 2}})
+    again = playbook(cluster_a, "site.yml")
+    assert again.returncode == 0, again.stdout[-4000:]
+    changed = _changed(again.stdout)
+    assert changed["head"] == 0 and changed["worker1"] == 0 and changed["worker2"] > 0, changed
+    after = _pids(lab, A)
+    assert after["head"] == before["head"] and after["worker1"] == before["worker1"]
+    assert after["worker2"][0] != before["worker2"][0] and after["worker2"][1] != before["worker2"][1]
+    nodes = _wait(lambda: (n := _alive(cluster_a, A, A_PORT)) and len(n) == 3 and n, 120, "three nodes alive")
+    assert nodes[HOSTS["worker2"]].cpus == 2 and nodes[HOSTS["worker1"]].cpus == 1
+
+
+def test_a_worker_killed_by_a_signal_is_restarted_and_rejoins(lab, cluster_a):
+    supervisor, ray_start = _pids(lab, A)["worker1"]
+    old = _alive(cluster_a, A, A_PORT)[HOSTS["worker1"]].node_id
+    os.kill(ray_start, signal.SIGKILL)
+
+    def rejoined():
+        node = _alive(cluster_a, A, A_PORT).get(HOSTS["worker1"])
+        return node if node and node.node_id != old else None
+
+    node = _wait(rejoined, 180, "worker1 to rejoin as a new node")
+    assert node.cpus == 1
+    after = _pids(lab, A)["worker1"]
+    assert after[0] == supervisor and after[1] not in (ray_start, -1)
+    assert len(_alive(cluster_a, A, A_PORT)) == 3
+
+
+def test_handover_as_inventory_and_vaulted_token_runs_the_cluster_unchanged(lab, cluster_a, tmp_path):
+    """Ops hand a cluster over as its inventory plus a vault holding the token (no .secrets/):
+    with the vault password the recipient sees the cluster and re-runs site.yml without a change."""
+    inv = tmp_path / "handed-over"
+    shutil.copytree(cluster_a, inv, ignore=shutil.ignore_patterns(".secrets"))
+    password = tmp_path / "vault-password"
+    password.write_text("correct horse battery staple\n")
+    password.chmod(0o600)
+    token = _token(cluster_a, A)
+    vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file", str(password),
+                              "--name", "ray_node__auth_token", token], capture_output=True, text=True, check=True,
+                             env=ansible_env())
+    (inv / "group_vars" / "all" / "vault.yml").write_text("---\n" + vaulted.stdout)
+    assert token not in (inv / "group_vars" / "all" / "vault.yml").read_text()
+    pids = _pids(lab, A)
+
+    status = rlrun(inv, "--vault-password-file", str(password), "status")
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "3 alive of 3 in the inventory" in status.stdout
+    up = rlrun(inv, "--vault-password-file", str(password), "up", timeout=900)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    rows = dict(re.findall(r"^│ (\S+)\s+│ \d+\s+│ (\d+)\s+│ 0\s+│ 0\s+│$", up.stdout, re.M))
+    assert rows == {"head": "0", "worker1": "0", "worker2": "0", "localhost": "0"}, up.stdout
+    assert _pids(lab, A) == pids
+    assert not (inv / ".secrets").exists()
+
+    without = rlrun(inv, "status")
+    assert without.returncode == 1 and "Traceback" not in without.stderr
+    assert "vault" in without.stderr.lower(), without.stderr
+
+
+def test_teardown_leaves_a_second_cluster_on_the_same_hosts_running(lab, cluster_a, tmp_path_factory):
+    inv_b = _inventory(tmp_path_factory.mktemp("mnb") / "inventory", lab, B, B_PORT)
+    up = playbook(inv_b, "site.yml")
+    assert up.returncode == 0, up.stdout[-4000:]
+    try:
+        assert len(_alive(inv_b, B, B_PORT)) == 3
+        pids_b = _pids(lab, B)
+        down = playbook(cluster_a, "playbooks/teardown.yml")
+        assert down.returncode == 0, down.stdout[-4000:]
+        # Nothing of cluster A is left on any host...
+        for host, rows in _only_sshd_left(lab).items():
+            assert not [r for r in rows if f"/{A}-{host}" in r or f"/state/{A}/" in r], (host, rows)
+        assert not list((lab.dir / "state" / A).glob("*/service/*.pid"))
+        # ...and cluster B runs on, with the same processes.
+        assert len(_alive(inv_b, B, B_PORT)) == 3
+        assert _pids(lab, B) == pids_b
+    finally:
+        down_b = playbook(inv_b, "playbooks/teardown.yml")
+    assert down_b.returncode == 0, down_b.stdout[-4000:]
+    assert _only_sshd_left(lab) == {h: [] for h in lab.hosts}
+
+
+def test_the_lab_refuses_to_be_created_twice(lab):
+    again = subprocess.run([sys.executable, "-m", "rlrun.testing.netns", "create", "--index", "52",
+                            "--host", "x=10.244.52.20"], capture_output=True, text=True)
+    assert again.returncode == 1
+    assert "lab 52 (10.244.52.0/24) cannot be created, these exist already: namespace rlrun52-" in again.stderr
+    other = subprocess.run([sys.executable, "-m", "rlrun.testing.netns", "destroy", "--index", "52",
+                            "--owner", "someone-else"], capture_output=True, text=True)
+    assert other.returncode == 1 and f"belongs to 'pytest-{os.getpid()}'" in other.stderr
+    assert json.loads((lab.dir / "lab.json").read_text())["hosts"].keys() == HOSTS.keys()
