@@ -194,6 +194,10 @@ class TrainerConfig:
     adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU.", group=S)
     flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
     gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
+    packing_samples: bool = flag(
+        False, "Pack each micro-batch's sequences into one row without padding (block-diagonal attention, "
+        "positions restarting per sequence) for the policy, reference and critic forwards.", group=S
+    )
     # --- checkpoints -------------------------------------------------------------------------------------
     save_path: str = flag("./ckpt", "Where the final model is saved.", group=C, metavar="PATH")
     ckpt_path: str = flag(

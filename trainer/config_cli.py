@@ -30,7 +30,6 @@ UNSUPPORTED_OPENRLHF_FLAGS: dict[str, str] = {
     "ref_reward_offload": "not implemented",
     "vllm_sync_with_ray": "weights are synced with --vllm_sync_backend nccl|gloo",
     "async_train": "only synchronous training is implemented",
-    "packing_samples": "sample packing is not implemented",
     "use_dynamic_batch": "dynamic batching is not implemented",
     "ring_attn_size": "ring attention is not implemented",
     "ds_tensor_parallel_size": "DeepSpeed tensor parallelism is not implemented",

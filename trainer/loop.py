@@ -60,7 +60,7 @@ class Trainer:
                           gpus_per_actor=share, cpus_per_actor=cpus)
         self.policy = ActorGroup(ModelWorker, pspec)
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
-                          flash_attn=cfg.flash_attn)
+                          flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
                         grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
                         adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
@@ -81,7 +81,7 @@ class Trainer:
                             micro_batch=cfg.micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
-                            seed=cfg.seed, flash_attn=cfg.flash_attn)
+                            seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.engines = self._start_engines(use_gpus)
         self.sync_backend = self._init_weight_sync(use_gpus)
         self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus

@@ -86,6 +86,19 @@ def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):
     assert any(not (trained[k] == start[k]).all() for k in trained)
 
 
+def test_packed_samples_train_like_the_padded_run(uninterrupted, tmp):
+    """--packing_samples: policy and reference forwards on packed micro-batches; the first step (same
+    weights, same rollouts) gives the padded run's rewards, losses and sequence lengths."""
+    packed = _train(tmp, tmp / "packed", 1, "--packing_samples")
+    assert [r["step"] for r in packed] == [1, 2]
+    mine, theirs = packed[0], uninterrupted[0]
+    assert mine["loss/policy"] != 0.0
+    for key in ("reward/mean", "response_length/mean", "loss/policy", "kl/mean", "policy/clip_frac"):
+        assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+    # the forwards really ran packed: fewer token slots than the same micro-batches padded
+    assert 0 < mine["tokens/forward_slots"] < theirs["tokens/forward_slots"]
+
+
 def test_resume_continues_exactly_like_the_uninterrupted_run(uninterrupted, tmp):
     out = tmp / "b"
     first = _train(tmp, out, 1, "--save_steps", "2", "--max_ckpt_num", "1")

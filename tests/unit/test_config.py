@@ -237,9 +237,9 @@ def test_unknown_flag_exits_2_with_suggestion():
 
 def test_unsupported_openrlhf_flag_is_an_error_not_ignored(capsys):
     with pytest.raises(SystemExit) as info:
-        parse_args([*SEED, "--packing_samples"])
+        parse_args([*SEED, "--use_dynamic_batch"])
     assert info.value.code == 2
-    assert "--packing_samples: OpenRLHF flag not supported here" in capsys.readouterr().err
+    assert "--use_dynamic_batch: OpenRLHF flag not supported here" in capsys.readouterr().err
 
 
 def test_flag_abbreviations_are_not_accepted(capsys):

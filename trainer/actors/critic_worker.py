@@ -16,6 +16,7 @@ from torch import nn
 from trainer.actors.group import DistributedWorker
 from trainer.actors.model_worker import attn_implementation, ds_config, to_device
 from trainer.losses import value_loss
+from trainer.packing import pack, unpack
 
 
 class ValueModel(nn.Module):
@@ -29,8 +30,10 @@ class ValueModel(nn.Module):
         # from a reward model's head; a random head would add noise to the first advantages).
         nn.init.zeros_(self.value_head.weight)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if position_ids is None:  # padded rows: positions count the real tokens
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
                                position_ids=position_ids).last_hidden_state
         return self.value_head(hidden).squeeze(-1).float()
@@ -39,20 +42,27 @@ class ValueModel(nn.Module):
 class CriticWorker(DistributedWorker):
     """One rank of the critic group."""
 
+    packing = False  # init_model sets these three
+    attn = "sdpa"
+    dtype = torch.float32
+
     def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
                    grad_accum: int = 1, learning_rate: float = 9e-6, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
-                   seed: int = 42, flash_attn: bool = False) -> int:
+                   seed: int = 42, flash_attn: bool = False, packing_samples: bool = False) -> int:
         import deepspeed
         from transformers import AutoConfig, AutoModel
         from transformers.integrations import HfDeepSpeedConfig
 
         torch.manual_seed(seed)
+        self.packing = packing_samples
+        self.attn = attn_implementation(flash_attn)
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True)
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
         backbone = AutoModel.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
-                                             attn_implementation=attn_implementation(flash_attn))
+                                             attn_implementation=self.attn)
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ValueModel(backbone, hidden)
@@ -70,6 +80,11 @@ class CriticWorker(DistributedWorker):
 
     def _values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         num_actions = mb["action_mask"].size(1)
+        if self.packing:  # V at the token before each action, mapped back to the padded grid
+            packed = pack(mb["input_ids"], mb["attention_mask"], num_actions,
+                          attn=self.attn,
+                          dtype=self.dtype)
+            return unpack(self.engine(packed.input_ids, packed.attention_mask, packed.position_ids), packed)
         values = self.engine(mb["input_ids"], mb["attention_mask"])
         return values[:, :-1][:, -num_actions:]
 

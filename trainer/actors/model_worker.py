@@ -13,6 +13,7 @@ import torch
 
 from trainer.actors.group import DistributedWorker
 from trainer.losses import log_probs_from_logits, masked_mean, policy_loss
+from trainer.packing import pack, unpack
 
 
 def attn_implementation(flash_attn: bool) -> str:
@@ -55,11 +56,18 @@ def to_device(mb: dict[str, Any], device: torch.device) -> dict[str, Any]:
 class ModelWorker(DistributedWorker):
     """One rank of the policy or reference group."""
 
+    packing = False  # init_model sets these three
+    attn = "sdpa"
+    dtype = torch.float32
+    forward_slots = 0  # token slots of the last forward (padded or packed)
+
     def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
                    grad_accum: int = 1, learning_rate: float | None = None, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
-                   seed: int = 42, temperature: float = 1.0, flash_attn: bool = False) -> int:
-        """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only."""
+                   seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
+                   packing_samples: bool = False) -> int:
+        """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
+        packing_samples: forwards run on each micro-batch packed into one row (trainer.packing)."""
         import deepspeed
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
@@ -67,11 +75,14 @@ class ModelWorker(DistributedWorker):
         torch.manual_seed(seed)
         train = learning_rate is not None
         self.temperature = temperature
+        self.packing = packing_samples
+        self.attn = attn_implementation(flash_attn)
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
-                                                     attn_implementation=attn_implementation(flash_attn))
+                                                     attn_implementation=self.attn)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         optimizer = None
@@ -94,6 +105,15 @@ class ModelWorker(DistributedWorker):
     def _action_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                          num_actions: int) -> torch.Tensor:
         input_ids, attention_mask = input_ids.to(self.engine.device), attention_mask.to(self.engine.device)
+        if self.packing:
+            packed = pack(input_ids, attention_mask, num_actions, attn=self.attn,
+                          dtype=self.dtype)
+            self.forward_slots = packed.num_slots
+            logits = self.engine(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                                 position_ids=packed.position_ids).logits
+            logp = log_probs_from_logits(logits[:, :-1], packed.input_ids[:, 1:], temperature=self.temperature)
+            return unpack(logp, packed)
+        self.forward_slots = input_ids.numel()
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         logits = self.engine(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
         logp = log_probs_from_logits(logits[:, :-1], input_ids[:, 1:], temperature=self.temperature)
@@ -118,7 +138,8 @@ class ModelWorker(DistributedWorker):
         if lr is not None:
             self.set_learning_rate(lr)
         self.engine.train()
-        totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0}
+        # tokens/forward_slots: token slots a micro-batch's forward computes (padded B x L, or packed rows)
+        totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0, "tokens/forward_slots": 0.0}
         for mb in micro_batches:
             mb = self._to_device(mb)
             mask = mb["action_mask"]
@@ -133,6 +154,7 @@ class ModelWorker(DistributedWorker):
             self.engine.step()
             totals["loss/policy"] += loss.item() / len(micro_batches)
             totals["policy/clip_frac"] += clip_frac.item() / len(micro_batches)
+            totals["tokens/forward_slots"] += self.forward_slots / len(micro_batches)
         return totals
 
     def train_sft(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
