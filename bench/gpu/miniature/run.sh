@@ -6,6 +6,7 @@
 #
 #   bash bench/gpu/miniature/run.sh cpu OUT            # here: a fresh clone after `make venv`
 #   PKG=.gpu-pkg bash bench/gpu/miniature/run.sh x4 OUT   # nvidia-h200-x4: 2 nodes x 2 GPUs
+#   PKG=.gpu-pkg bash bench/gpu/miniature/run.sh x1 OUT   # one GPU (nvidia-h100-x1, nvidia-h200): 1 node
 #
 # cpu: inventory bench/gpu/miniature/inventory (nodes 127.0.0.7 / .8, 2 CPUs each), a tiny model from
 #   `python -m trainer.tiny`, placement actor 2 x 1 / reference 2 x 1 colocated. A CPU cluster has no
@@ -13,16 +14,18 @@
 #   --dry-run first). Uses $VENV (default .venv) for ansible-playbook and the stack.
 # x4: inventory bench/gpu/miniature/inventory-x4 (node1 GPUs 0,1, node2 GPUs 2,3, each its own
 #   NCCL_HOSTID), the Qwen2.5-0.5B-shaped random model of bench/gpu/model.py, placement actor 2 x 2 /
-#   reference 2 x 2 colocated. Nothing can be installed there: $PKG holds what bench/gpu/pack.sh and
+#   reference 2 x 2 colocated. x1: inventory-x1 (one node, GPU 0), actor 1 x 1 / reference 1 x 1 colocated,
+#   the preset's other settings and packed micro-batches (--packing_samples). Nothing can be installed there: $PKG holds what bench/gpu/pack.sh and
 #   bench/gpu/miniature/pack_extra.sh made here (ray, deepspeed, ansible-core, the reward service's and
 #   Ray dashboard's packages), unpacked into /tmp/site.
-# Both: --rollout_backend hf (vLLM cannot be installed on the GPU machines), the seed's batch sizes
+# All: --rollout_backend hf (vLLM cannot be installed on the GPU machines), flash_attn off (the preset's
+# FlashAttention-2 is not installed there either; the trainer refuses the flag without it), the seed's batch sizes
 # scaled down, a few steps. OUT gets site.log, status.txt, dryrun.log, submit.log, job.log,
 # steps.txt (each step's timings), nccl.txt (NCCL transport lines, x4), summary.txt (stage seconds).
 # Never `ray stop`: teardown.yml ends this cluster's processes only.
 set -uo pipefail
-kind=${1:?usage: run.sh cpu|x4 OUT}
-out=$(realpath -m "${2:?usage: run.sh cpu|x4 OUT}")
+kind=${1:?usage: run.sh cpu|x4|x1 OUT}
+out=$(realpath -m "${2:?usage: run.sh cpu|x4|x1 OUT}")
 submit_timeout=${SUBMIT_TIMEOUT:-330}
 cd "$(dirname "$0")/../../.." || exit 1
 root=$PWD
@@ -60,9 +63,9 @@ case $kind in
           --set micro_train_batch_size=8 --set max_samples=8 --set generate_max_len=16 --set prompt_max_len=64)
     check=(--no-check)
     ;;
-  x4)
-    inv=$here/inventory-x4
-    cluster=mini8x4
+  x4|x1)
+    inv=$here/inventory-$kind
+    cluster=mini8$kind
     pkg=$(realpath "${PKG:?PKG: the folder of carried packages}")
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     install() {
@@ -91,13 +94,17 @@ case $kind in
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         "$pkg"/fallback/*.whl && echo "installed $(ls "$pkg"/fallback) into /tmp/site"
     fi
-    work=/tmp/rlrun-mini8x4
+    work=/tmp/rlrun-mini8$kind
     per_node=2
     sets=(--set rollout_batch_size=16 --set micro_train_batch_size=8 --set max_samples=48
           --set generate_max_len=256 --set prompt_max_len=128)
+    if [ "$kind" = x1 ]; then
+      per_node=1
+      sets+=(--set actor_num_nodes=1 --set ref_num_nodes=1 --set packing_samples=true --set max_samples=32)
+    fi
     check=()
     ;;
-  *) echo "unknown kind $kind: expected cpu or x4" >&2; exit 2 ;;
+  *) echo "unknown kind $kind: expected cpu, x4 or x1" >&2; exit 2 ;;
 esac
 
 # What the machine has (the x4 image lacks iproute2; start-stop-daemon comes with dpkg).
@@ -170,13 +177,14 @@ job=(--preset 32b-rloo
      --set pretrain=$work/model --set prompt_data=$work/copy.jsonl --set label_key=answer
      --set apply_chat_template=true
      --set rollout_backend=hf --set vllm_num_engines=0 --set vllm_tensor_parallel_size=1
-     --set vllm_enable_sleep=false --set enable_prefix_caching=false
+     --set vllm_enable_sleep=false --set enable_prefix_caching=false --set flash_attn=false
      --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
      --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg)
 echo "rlrun -i $inv submit ${job[*]} ${check[*]} --follow" | tee "$out/command.txt"
 rlrun -i $inv submit "${job[@]}" --dry-run >"$out/dryrun.log" 2>&1
 sed -n '/^checks against/,$p' "$out/dryrun.log"
-stage submit timeout "$submit_timeout" rlrun -i $inv submit "${job[@]}" "${check[@]}" --follow >"$out/submit.log" 2>&1
+# timeout(1) runs programs, not shell functions: the entry point by its path
+stage submit timeout "$submit_timeout" "$HOME/.rlrun/$cluster/node1/venv/bin/rlrun" -i $inv submit "${job[@]}" "${check[@]}" --follow >"$out/submit.log" 2>&1
 rc=$?
 tail -1 "$summary"
 grep -E "^(step [0-9]+:|job |reward/mean|submitted|error|refused)|^  (GPUs|CPUs|cluster|reward)" "$out/submit.log"
