@@ -81,9 +81,7 @@ class CriticWorker(DistributedWorker):
     def _values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         num_actions = mb["action_mask"].size(1)
         if self.packing:  # V at the token before each action, mapped back to the padded grid
-            packed = pack(mb["input_ids"], mb["attention_mask"], num_actions,
-                          attn=self.attn,
-                          dtype=self.dtype)
+            packed = pack(mb["input_ids"], mb["attention_mask"], num_actions, attn=self.attn, dtype=self.dtype)
             return unpack(self.engine(packed.input_ids, packed.attention_mask, packed.position_ids), packed)
         values = self.engine(mb["input_ids"], mb["attention_mask"])
         return values[:, :-1][:, -num_actions:]

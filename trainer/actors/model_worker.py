@@ -67,7 +67,7 @@ class ModelWorker(DistributedWorker):
                    seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
                    packing_samples: bool = False) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
-        packing_samples: forwards run on each micro-batch packed into one row (trainer.packing)."""
+        packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
         import deepspeed
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
@@ -106,8 +106,7 @@ class ModelWorker(DistributedWorker):
                          num_actions: int) -> torch.Tensor:
         input_ids, attention_mask = input_ids.to(self.engine.device), attention_mask.to(self.engine.device)
         if self.packing:
-            packed = pack(input_ids, attention_mask, num_actions, attn=self.attn,
-                          dtype=self.dtype)
+            packed = pack(input_ids, attention_mask, num_actions, attn=self.attn, dtype=self.dtype)
             self.forward_slots = packed.num_slots
             logits = self.engine(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                                  position_ids=packed.position_ids).logits
