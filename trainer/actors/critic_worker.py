@@ -61,8 +61,7 @@ class CriticWorker(DistributedWorker):
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True)
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
-        backbone = AutoModel.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
-                                             attn_implementation=self.attn)
+        backbone = AutoModel.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ValueModel(backbone, hidden)

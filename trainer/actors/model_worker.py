@@ -81,8 +81,7 @@ class ModelWorker(DistributedWorker):
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
-        model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=torch.bfloat16 if bf16 else torch.float32,
-                                                     attn_implementation=self.attn)
+        model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         optimizer = None

@@ -22,7 +22,7 @@
 # FlashAttention-2 is not installed there either; the trainer refuses the flag without it), the seed's batch sizes
 # scaled down, a few steps. OUT gets site.log, status.txt, dryrun.log, submit.log, job.log,
 # steps.txt (each step's timings), nccl.txt (NCCL transport lines, x4), summary.txt (stage seconds).
-# Never `ray stop`: teardown.yml ends this cluster's processes only.
+# Nothing is stopped by name: teardown.yml ends this cluster's own processes, by pidfile.
 set -uo pipefail
 kind=${1:?usage: run.sh cpu|x4|x1 OUT}
 out=$(realpath -m "${2:?usage: run.sh cpu|x4|x1 OUT}")
