@@ -195,7 +195,7 @@ class TrainerConfig:
     flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
     gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
     packing_samples: bool = flag(
-        False, "Pack each micro-batch's sequences into one row without padding (block-diagonal attention, "
+        False, "Pack each micro-batch's sequences into fewer rows without padding (block-diagonal attention, "
         "positions restarting per sequence) for the policy, reference and critic forwards.", group=S
     )
     # --- checkpoints -------------------------------------------------------------------------------------
