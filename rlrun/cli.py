@@ -361,7 +361,7 @@ def presets(obj, name, presets_dir, as_json):
 
 def _derived_names() -> tuple[str, ...]:
     from trainer.config import TrainerConfig
-    from trainer.config_fields import derived_names
+    from trainer.config.fields import derived_names
 
     return derived_names(TrainerConfig)
 

@@ -35,7 +35,7 @@ import yaml
 
 from rlrun.errors import RlrunError
 from trainer.config import ConfigError, TrainerConfig
-from trainer.config_fields import FlagSpec, derived_names, flag_specs, split_list
+from trainer.config.fields import FlagSpec, derived_names, flag_specs, split_list
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
 PRESET_KEYS = ("description", "hardware", "make", "config")
@@ -394,7 +394,7 @@ def trainer_argv(command: list[str]) -> list[str] | None:
 
 def config_from_argv(argv: list[str]) -> TrainerConfig:
     """Validate a trainer command line as the trainer will (its parser, its checks); errors list every problem."""
-    from trainer.config_cli import build_parser, flag_specs, known_flags, unknown_arguments_problems
+    from trainer.config.cli import build_parser, flag_specs, known_flags, unknown_arguments_problems
 
     parser = build_parser(prog=f"python -m {TRAINER_MODULE}")
     parser.add_argument("--print-config", action="store_true")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from trainer.config.estimators import ESTIMATORS
 from trainer.losses import (
     KL_ESTIMATORS,
     compute_kl,
@@ -157,12 +158,8 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor | tuple[torch.Tensor,
     "reinforce_baseline": reinforce_baseline,  # (scores [B*n], n) -> shaped scores [B*n]
     "group_norm": group_norm,  # (scores [B*n], n) -> shaped scores [B*n]
 }
-WHITEN_ADVANTAGES: dict[str, bool] = {
-    "gae": True,
-    "rloo": True,
-    "reinforce_baseline": True,
-    "group_norm": False,
-}
+# Which estimators whiten over the batch: the estimator table's choice (trainer.config.estimators).
+WHITEN_ADVANTAGES: dict[str, bool] = {name: e.batch_whiten for name, e in ESTIMATORS.items()}
 
 
 def compute_advantages_and_returns(

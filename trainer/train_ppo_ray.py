@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from trainer.config import ConfigError
-from trainer.config_cli import build_parser, parse_known
+from trainer.config.cli import build_parser, parse_known
 
 PROG = "python -m trainer.train_ppo_ray"
 

@@ -15,8 +15,8 @@ import pytest
 
 from trainer import train_ppo_ray
 from trainer.config import ConfigError, TrainerConfig
-from trainer.config_cli import build_parser, parse_args
-from trainer.config_fields import flag_specs
+from trainer.config.cli import build_parser, parse_args
+from trainer.config.fields import flag_specs
 
 REPO = Path(__file__).resolve().parents[2]
 

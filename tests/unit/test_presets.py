@@ -10,7 +10,7 @@ import pytest
 
 from rlrun import presets as P
 from rlrun.errors import RlrunError
-from trainer.config_cli import parse_args
+from trainer.config.cli import parse_args
 
 SIX = ["1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "tiny-ppo", "tiny-rloo"]
 CONTEXT = {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward"}

@@ -4,6 +4,11 @@ Called from ``TrainerConfig.__post_init__`` after the per-field checks. Each rul
 it reads and is skipped when one of them already failed its own check (so a rule never does
 arithmetic on a bad value and one mistake is reported once). Every message names the flags, their
 values and the arithmetic that failed.
+
+Which models a config creates is decided once, by :func:`has_critic` (the estimator table of
+``trainer.config.estimators``) and :func:`has_ref`; the auto values, the rules and the derived sizes all
+ask them. This module reads a config only through its attributes, so it does not import the
+``TrainerConfig`` class (which imports this module).
 """
 
 from __future__ import annotations
@@ -11,16 +16,17 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from trainer.config import TrainerConfig
+from trainer.config.estimators import ESTIMATORS, estimator
 
-Rule = Callable[["TrainerConfig"], Iterator[str]]
+# A TrainerConfig under validation: the rules read its flag attributes only.
+Config = Any
+Rule = Callable[[Config], Iterator[str]]
 _RULES: list[tuple[frozenset[str], Rule]] = []
 
-# Sequence-level estimators: one score per sample, baseline from the other samples of the same prompt.
-GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm")
+# Placeholder value of a bare ``--use_tensorboard``: <save_path>/tensorboard (resolved below).
+TENSORBOARD_AUTO = "auto"
 _REWARD_FN_RE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
 
 
@@ -32,21 +38,33 @@ def _rule(*fields: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def resolve_auto_values(c: TrainerConfig, bad: set[str]) -> dict[str, Any]:
-    """Values of flags whose default depends on other flags (``None``/placeholder -> concrete)."""
-    from trainer.config import TENSORBOARD_AUTO
+def has_critic(c: Config) -> bool:
+    """The config trains a critic: its estimator learns a value function (gae)."""
+    return estimator(c.advantage_estimator).critic
 
+
+def has_ref(c: Config) -> bool:
+    """The config creates the reference model: a KL term with a positive coefficient."""
+    return c.init_kl_coef > 0
+
+
+def _critic_estimators() -> str:
+    return " / ".join(name for name, e in ESTIMATORS.items() if e.critic)
+
+
+def resolve_auto_values(c: Config, bad: set[str]) -> dict[str, Any]:
+    """Values of flags whose default depends on other flags (``None``/placeholder -> concrete)."""
     out: dict[str, Any] = {}
     if c.vllm_num_engines is None and "rollout_backend" not in bad:
         out["vllm_num_engines"] = 1 if c.rollout_backend == "vllm" else 0
-    if c.critic_pretrain is None and c.advantage_estimator == "gae" and c.pretrain:
+    if c.critic_pretrain is None and "advantage_estimator" not in bad and has_critic(c) and c.pretrain:
         out["critic_pretrain"] = c.pretrain
     if c.use_tensorboard == TENSORBOARD_AUTO:
         out["use_tensorboard"] = os.path.join(c.save_path, "tensorboard")
     return out
 
 
-def cross_field_problems(c: TrainerConfig, bad: set[str]) -> list[str]:
+def cross_field_problems(c: Config, bad: set[str]) -> list[str]:
     """Every cross-field problem of ``c``, skipping rules that read a field listed in ``bad``."""
     problems: list[str] = []
     for fields, rule in _RULES:
@@ -55,21 +73,21 @@ def cross_field_problems(c: TrainerConfig, bad: set[str]) -> list[str]:
     return problems
 
 
-def _world(c: TrainerConfig, role: str) -> int:
+def _world(c: Config, role: str) -> int:
     return getattr(c, f"{role}_num_nodes") * getattr(c, f"{role}_num_gpus_per_node")
 
 
-def _world_text(c: TrainerConfig, role: str) -> str:
+def _world_text(c: Config, role: str) -> str:
     nodes, gpus = getattr(c, f"{role}_num_nodes"), getattr(c, f"{role}_num_gpus_per_node")
     return (
         f"{role} world size {nodes * gpus} (--{role}_num_nodes {nodes} * --{role}_num_gpus_per_node {gpus})"
     )
 
 
-def derive(c: TrainerConfig) -> dict[str, Any]:
+def derive(c: Config) -> dict[str, Any]:
     """The derived sizes of a valid config (see the ``derived`` fields of ``TrainerConfig``)."""
-    needs_critic = c.advantage_estimator == "gae"
-    needs_ref = c.init_kl_coef > 0
+    needs_critic = has_critic(c)
+    needs_ref = has_ref(c)
     actor = _world(c, "actor")
     ref = _world(c, "ref") if needs_ref else 0
     critic = _world(c, "critic") if needs_critic else 0
@@ -99,7 +117,7 @@ def derive(c: TrainerConfig) -> dict[str, Any]:
 
 # --- required inputs and reward source ------------------------------------------------------------------
 @_rule("pretrain", "prompt_data")
-def _required(c: TrainerConfig) -> Iterator[str]:
+def _required(c: Config) -> Iterator[str]:
     if not c.pretrain:
         yield "--pretrain is required: the HF model name or path of the policy model"
     if not c.prompt_data:
@@ -107,7 +125,7 @@ def _required(c: TrainerConfig) -> Iterator[str]:
 
 
 @_rule("remote_rm_url", "reward_fn")
-def _reward_source(c: TrainerConfig) -> Iterator[str]:
+def _reward_source(c: Config) -> Iterator[str]:
     if not c.remote_rm_url and not c.reward_fn:
         yield "no reward: give exactly one of --remote_rm_url URL[,URL...] or --reward_fn NAME"
     elif c.remote_rm_url and c.reward_fn:
@@ -124,7 +142,7 @@ def _reward_source(c: TrainerConfig) -> Iterator[str]:
 
 # --- batch arithmetic ---------------------------------------------------------------------------------
 @_rule("rollout_batch_size", "n_samples_per_prompt", "train_batch_size")
-def _rollout_fills_train_batches(c: TrainerConfig) -> Iterator[str]:
+def _rollout_fills_train_batches(c: Config) -> Iterator[str]:
     samples = c.rollout_batch_size * c.n_samples_per_prompt
     if samples % c.train_batch_size:
         yield (f"--rollout_batch_size {c.rollout_batch_size} * --n_samples_per_prompt {c.n_samples_per_prompt}"
@@ -132,7 +150,7 @@ def _rollout_fills_train_batches(c: TrainerConfig) -> Iterator[str]:
                f" ({samples} % {c.train_batch_size} = {samples % c.train_batch_size})")  # fmt: skip
 
 
-def _grad_accum_problem(c: TrainerConfig, role: str) -> Iterator[str]:
+def _grad_accum_problem(c: Config, role: str) -> Iterator[str]:
     per_step = c.micro_train_batch_size * _world(c, role)
     if c.train_batch_size % per_step:
         yield (f"--train_batch_size {c.train_batch_size} must be divisible by --micro_train_batch_size "
@@ -141,20 +159,20 @@ def _grad_accum_problem(c: TrainerConfig, role: str) -> Iterator[str]:
 
 
 @_rule("train_batch_size", "micro_train_batch_size", "actor_num_nodes", "actor_num_gpus_per_node")
-def _actor_grad_accum(c: TrainerConfig) -> Iterator[str]:
+def _actor_grad_accum(c: Config) -> Iterator[str]:
     yield from _grad_accum_problem(c, "actor")
 
 
 @_rule("train_batch_size", "micro_train_batch_size", "critic_num_nodes", "critic_num_gpus_per_node",
        "advantage_estimator")  # fmt: skip
-def _critic_grad_accum(c: TrainerConfig) -> Iterator[str]:
-    if c.advantage_estimator == "gae":
+def _critic_grad_accum(c: Config) -> Iterator[str]:
+    if has_critic(c):
         yield from _grad_accum_problem(c, "critic")
 
 
 @_rule("rollout_batch_size", "micro_rollout_batch_size", "n_samples_per_prompt", "actor_num_nodes",
        "actor_num_gpus_per_node")  # fmt: skip
-def _micro_rollout(c: TrainerConfig) -> Iterator[str]:
+def _micro_rollout(c: Config) -> Iterator[str]:
     if c.rollout_batch_size % c.micro_rollout_batch_size:
         yield (f"--rollout_batch_size {c.rollout_batch_size} must be divisible by --micro_rollout_batch_size "
                f"{c.micro_rollout_batch_size} ({c.rollout_batch_size} % {c.micro_rollout_batch_size} = "
@@ -167,7 +185,7 @@ def _micro_rollout(c: TrainerConfig) -> Iterator[str]:
 
 
 @_rule("max_samples", "rollout_batch_size")
-def _enough_samples(c: TrainerConfig) -> Iterator[str]:
+def _enough_samples(c: Config) -> Iterator[str]:
     if c.max_samples < c.rollout_batch_size:
         yield (f"--max_samples {c.max_samples} < --rollout_batch_size {c.rollout_batch_size}: an episode would "
                "hold no complete rollout batch (the last partial batch is dropped)")  # fmt: skip
@@ -175,8 +193,8 @@ def _enough_samples(c: TrainerConfig) -> Iterator[str]:
 
 # --- algorithm ------------------------------------------------------------------------------------------
 @_rule("advantage_estimator", "n_samples_per_prompt")
-def _groups_need_samples(c: TrainerConfig) -> Iterator[str]:
-    if c.advantage_estimator in GROUP_ESTIMATORS and c.n_samples_per_prompt < 2:
+def _groups_need_samples(c: Config) -> Iterator[str]:
+    if estimator(c.advantage_estimator).group_baseline and c.n_samples_per_prompt < 2:
         yield (
             f"--advantage_estimator {c.advantage_estimator} requires --n_samples_per_prompt > 1 (got "
             f"{c.n_samples_per_prompt}): its baseline comes from the other samples of the same prompt"
@@ -184,22 +202,22 @@ def _groups_need_samples(c: TrainerConfig) -> Iterator[str]:
 
 
 @_rule("advantage_estimator", "critic_pretrain", "pretrain")
-def _critic(c: TrainerConfig) -> Iterator[str]:
-    if c.advantage_estimator == "gae" and not c.critic_pretrain:
+def _critic(c: Config) -> Iterator[str]:
+    if has_critic(c) and not c.critic_pretrain:
         yield (
-            "--advantage_estimator gae requires a critic: give --critic_pretrain (it defaults to "
-            "--pretrain, which is missing)"
+            f"--advantage_estimator {c.advantage_estimator} requires a critic: give --critic_pretrain (it "
+            "defaults to --pretrain, which is missing)"
         )
-    elif c.advantage_estimator != "gae" and c.critic_pretrain:
+    elif not has_critic(c) and c.critic_pretrain:
         yield (
-            f"--critic_pretrain {c.critic_pretrain} is only used by --advantage_estimator gae; "
+            f"--critic_pretrain {c.critic_pretrain} is only used by --advantage_estimator {_critic_estimators()}; "
             f"{c.advantage_estimator} has no critic (drop the flag)"
         )
 
 
 @_rule("advantage_estimator", "gamma")
-def _gamma_only_for_gae(c: TrainerConfig) -> Iterator[str]:
-    if c.advantage_estimator != "gae" and c.gamma != 1.0:
+def _gamma(c: Config) -> Iterator[str]:
+    if not estimator(c.advantage_estimator).any_gamma and c.gamma != 1.0:
         yield (
             f"--gamma {c.gamma:g} with --advantage_estimator {c.advantage_estimator}: sequence-level "
             "estimators use gamma = 1 (OpenRLHF silently resets it); drop --gamma or use gae"
@@ -207,8 +225,8 @@ def _gamma_only_for_gae(c: TrainerConfig) -> Iterator[str]:
 
 
 @_rule("use_kl_loss", "init_kl_coef")
-def _kl_loss_needs_coef(c: TrainerConfig) -> Iterator[str]:
-    if c.use_kl_loss and c.init_kl_coef <= 0:
+def _kl_loss_needs_coef(c: Config) -> Iterator[str]:
+    if c.use_kl_loss and not has_ref(c):
         yield (
             f"--use_kl_loss with --init_kl_coef {c.init_kl_coef:g}: the KL loss weight is init_kl_coef and "
             "0 disables the reference model; set --init_kl_coef > 0"
@@ -218,7 +236,7 @@ def _kl_loss_needs_coef(c: TrainerConfig) -> Iterator[str]:
 # --- placement and rollout engine --------------------------------------------------------------------------
 @_rule("colocate_all_models", "rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size",
        "actor_num_nodes", "actor_num_gpus_per_node")  # fmt: skip
-def _colocated_vllm(c: TrainerConfig) -> Iterator[str]:
+def _colocated_vllm(c: Config) -> Iterator[str]:
     if not (c.colocate_all_models and c.rollout_backend == "vllm" and c.vllm_num_engines):
         return
     vllm = c.vllm_num_engines * c.vllm_tensor_parallel_size
@@ -233,11 +251,11 @@ def _colocated_vllm(c: TrainerConfig) -> Iterator[str]:
 @_rule("colocate_all_models", "init_kl_coef", "advantage_estimator", "actor_num_nodes",
        "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node", "critic_num_nodes",
        "critic_num_gpus_per_node")  # fmt: skip
-def _colocated_placement(c: TrainerConfig) -> Iterator[str]:
+def _colocated_placement(c: Config) -> Iterator[str]:
     if not c.colocate_all_models:
         return
     actor = (c.actor_num_nodes, c.actor_num_gpus_per_node)
-    roles = [("ref", c.init_kl_coef > 0), ("critic", c.advantage_estimator == "gae")]
+    roles = [("ref", has_ref(c)), ("critic", has_critic(c))]
     for role, present in roles:
         placement = (getattr(c, f"{role}_num_nodes"), getattr(c, f"{role}_num_gpus_per_node"))
         if present and placement != actor:
@@ -248,7 +266,7 @@ def _colocated_placement(c: TrainerConfig) -> Iterator[str]:
 
 @_rule("rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size", "vllm_enable_sleep",
        "enable_prefix_caching", "enforce_eager", "colocate_all_models")  # fmt: skip
-def _rollout_backend(c: TrainerConfig) -> Iterator[str]:
+def _rollout_backend(c: Config) -> Iterator[str]:
     if c.rollout_backend == "vllm":
         if c.vllm_num_engines == 0:
             yield (
@@ -275,7 +293,7 @@ def _rollout_backend(c: TrainerConfig) -> Iterator[str]:
 
 # --- data, checkpoints, logging ---------------------------------------------------------------------------
 @_rule("input_template", "apply_chat_template")
-def _input_template(c: TrainerConfig) -> Iterator[str]:
+def _input_template(c: Config) -> Iterator[str]:
     if c.input_template is None:
         return
     if "{}" not in c.input_template:
@@ -285,13 +303,13 @@ def _input_template(c: TrainerConfig) -> Iterator[str]:
 
 
 @_rule("save_steps")
-def _save_steps(c: TrainerConfig) -> Iterator[str]:
+def _save_steps(c: Config) -> Iterator[str]:
     if c.save_steps == 0 or c.save_steps < -1:
         yield f"--save_steps {c.save_steps}: expected -1 (no checkpoints during training) or >= 1"
 
 
 @_rule("save_path", "ckpt_path", "input_key", "wandb_project")
-def _non_empty(c: TrainerConfig) -> Iterator[str]:
+def _non_empty(c: Config) -> Iterator[str]:
     for name in ("save_path", "ckpt_path", "input_key", "wandb_project"):
         if not getattr(c, name):
             yield f"--{name} is empty: expected a non-empty string"

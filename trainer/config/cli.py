@@ -1,7 +1,7 @@
 """Command-line parsing of :class:`trainer.config.TrainerConfig`, built from its fields.
 
 Every flag field becomes ``--<name>`` (booleans are store_true switches, as in OpenRLHF); types,
-defaults, help and groups come from the field, so the flag list exists only in ``trainer.config``.
+defaults, help and groups come from the field, so the flag list exists only in ``trainer.config.schema``.
 Choices and bounds are *not* enforced by argparse but by ``TrainerConfig`` validation, so that all
 problems of a command line are reported together.
 
@@ -17,8 +17,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.config import TrainerConfig, unknown_name_problem
-from trainer.config_fields import FlagSpec, flag_specs, split_list
+from trainer.config.errors import unknown_name_problem
+from trainer.config.fields import FlagSpec, flag_specs, split_list
+from trainer.config.schema import TrainerConfig
 
 # OpenRLHF train_ppo_ray flags that are not implemented here, with what to do instead.
 UNSUPPORTED_OPENRLHF_FLAGS: dict[str, str] = {

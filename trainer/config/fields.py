@@ -4,7 +4,7 @@ A config dataclass declares each flag once, with :func:`flag` (default, help, bo
 choices come from ``Literal[...]`` annotations, optionality from ``X | None``, comma-separated lists
 from ``tuple[str, ...]``. Values that are computed from the flags are declared with :func:`derived`.
 :func:`flag_specs` turns the fields into :class:`FlagSpec` records that both the argparse builder
-(``trainer.config_cli``) and the per-field validation (:func:`check_field`) read, so no flag is
+(``trainer.config.cli``) and the per-field validation (:func:`check_field`) read, so no flag is
 written down twice.
 
 Nothing here knows about particular flags.

@@ -1,10 +1,10 @@
 """The trainer's one typed configuration: every flag of ``python -m trainer.train_ppo_ray``.
 
 Flags keep the spelling and meaning of OpenRLHF's ``openrlhf.cli.train_ppo_ray`` (defaults too, unless
-noted). Each field below *is* a flag: ``trainer.config_cli`` builds the argparse parser from these fields.
+noted). Each field below *is* a flag: ``trainer.config.cli`` builds the argparse parser from these fields.
 
 Constructing a :class:`TrainerConfig` validates it: per-field checks (types, choices, bounds), then the
-cross-field rules of ``trainer.config_checks``; every problem found is reported at once in one
+cross-field rules of ``trainer.config.rules``; every problem found is reported at once in one
 :class:`ConfigError`. A constructed config is frozen, with "auto" values resolved (``critic_pretrain``,
 ``vllm_num_engines``, ``use_tensorboard``) and the derived sizes filled in (``rollout_samples``,
 ``actor_world_size``, ``grad_accum_steps``, ...; see the ``derived`` fields at the end).
@@ -15,32 +15,24 @@ Nothing here checks that paths exist: a config may describe a job for a remote c
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainer import config_checks
-from trainer.config_fields import check_field, derived, derived_names, flag, flag_specs
+from trainer.config import rules
+from trainer.config.errors import ConfigError, unknown_name_problem
+from trainer.config.estimators import ESTIMATORS
+from trainer.config.fields import check_field, derived, derived_names, flag, flag_specs
+from trainer.config.rules import TENSORBOARD_AUTO
 
-AdvantageEstimator = Literal["gae", "rloo", "reinforce_baseline", "group_norm"]
+# The choices of --advantage_estimator are the names of the estimator table (one list, not two).
+AdvantageEstimator = Literal[tuple(ESTIMATORS)]  # type: ignore[valid-type]
 KlEstimator = Literal["k1", "k2", "k3"]
 
-# Placeholder values of a bare ``--use_tensorboard`` / ``--use_wandb`` (see their help).
-TENSORBOARD_AUTO = "auto"
+# Placeholder value of a bare ``--use_wandb`` (see its help) and what a redacted W&B key shows.
 WANDB_FROM_ENV = "env"
 REDACTED = "<redacted>"
-
-
-class ConfigError(ValueError):
-    """Invalid trainer configuration; ``problems`` lists every problem found (each names its flags)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        count = f"{len(self.problems)} problem" + ("s" if len(self.problems) != 1 else "")
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"invalid trainer configuration ({count}):\n{lines}")
 
 
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.
@@ -257,12 +249,12 @@ class TrainerConfig:
             if problem:
                 problems.append(problem)
                 bad.add(spec.name)
-        for name, value in config_checks.resolve_auto_values(self, bad).items():
+        for name, value in rules.resolve_auto_values(self, bad).items():
             object.__setattr__(self, name, value)
-        problems += config_checks.cross_field_problems(self, bad)
+        problems += rules.cross_field_problems(self, bad)
         if problems:
             raise ConfigError(problems)
-        for name, value in config_checks.derive(self).items():
+        for name, value in rules.derive(self).items():
             object.__setattr__(self, name, value)
 
     # --- dataset-dependent step counts -------------------------------------------------------------------
@@ -314,9 +306,3 @@ class TrainerConfig:
         """
         return dataclasses.replace(self, **changes)
 
-
-def unknown_name_problem(name: str, known: list[str], prefix: str = "") -> str:
-    """'unknown flag X' plus the closest known name (difflib), if any is close."""
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-    return f"unknown {'flag' if prefix else 'field'} {prefix}{name}{hint}"
