@@ -271,7 +271,7 @@ def start_server(
     cmd = [
         sys.executable,
         "-m",
-        "trainer.reward_server",
+        "trainer.reward.server",
         "--port",
         str(port),
         "--token-file",

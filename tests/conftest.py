@@ -87,7 +87,7 @@ def free_port() -> int:
 
 
 class RewardProc:
-    """A real `python -m trainer.reward_server` on loopback, started by us (ended by PID)."""
+    """A real `python -m trainer.reward.server` on loopback, started by us (ended by PID)."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
         self.port = free_port()
@@ -95,7 +95,7 @@ class RewardProc:
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "trainer.reward_server", "--host", "127.0.0.1", "--port", str(self.port),
+                [sys.executable, "-m", "trainer.reward.server", "--host", "127.0.0.1", "--port", str(self.port),
                  *args], cwd=PROJECT, env=env, stdout=out, stderr=out)
         self.returncode: int | None = None
         import time

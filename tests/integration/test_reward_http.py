@@ -1,4 +1,4 @@
-"""The real reward server (``python -m trainer.reward_server`` under gunicorn) over loopback HTTP."""
+"""The real reward server (``python -m trainer.reward.server`` under gunicorn) over loopback HTTP."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def _env() -> dict[str, str]:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "trainer.reward_server", *args],
+        [sys.executable, "-m", "trainer.reward.server", *args],
         cwd=ROOT,
         env=env or _env(),
         capture_output=True,
@@ -347,7 +347,7 @@ def test_cli_bad_arguments_one_line_exit_2(files: dict[str, Path]) -> None:
 
 
 def test_input_key_spellings_are_equivalent() -> None:
-    from trainer.reward_server.__main__ import build_parser
+    from trainer.reward.server.__main__ import build_parser
 
     a = build_parser().parse_args(["--input_key", "m", "--prompt-template", "chatml", "--no-auth"])
     b = build_parser().parse_args(["--input-key", "m", "--prompt_template", "chatml", "--no-auth"])
@@ -358,7 +358,7 @@ def test_input_key_spellings_are_equivalent() -> None:
 
 
 def test_create_app_refuses_without_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.reward_server import ConfigError, ServerConfig, create_app
+    from trainer.reward.server import ConfigError, ServerConfig, create_app
 
     monkeypatch.delenv("RLRUN_REWARD_TOKEN", raising=False)
     with pytest.raises(ConfigError, match="no token is configured"):
@@ -367,7 +367,7 @@ def test_create_app_refuses_without_token(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_no_auth_warns_and_internal_errors_are_opaque(caplog: pytest.LogCaptureFixture) -> None:
     from trainer.reward.pool import VerifyPool
-    from trainer.reward_server import ServerConfig, create_app
+    from trainer.reward.server import ServerConfig, create_app
 
     with VerifyPool(processes=1, timeout=TIMEOUT) as pool:
         with caplog.at_level("WARNING"):

@@ -25,7 +25,7 @@ from trainer.reward.math import (
     score_response,
     verify_answer,
 )
-from trainer.reward_server.dataset import DatasetError, load_dataset, render_prompt
+from trainer.reward.server.dataset import DatasetError, load_dataset, render_prompt
 
 # (response, label, expected score). Verdicts are math-verify 0.9.0's, checked by hand
 # where they might surprise (noted inline).

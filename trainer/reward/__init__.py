@@ -1,5 +1,12 @@
 """Rule-based math rewards: answer extraction, math-verify comparison, a timeout-safe process pool.
 
+One package, torch-free, shared by the job and the separately deployed service:
+
+* ``extract``, ``math``, ``guard``: pure functions (what an answer is, whether it is right);
+* ``pool``: worker processes with a per-item budget (used by the service and ``--reward_fn math_verify``);
+* ``client``: the job's HTTP client of the service; ``local``: in-job reward functions;
+* ``server``: the service itself, ``python -m trainer.reward.server`` (Flask under gunicorn).
+
 In-process (no timeout)::
 
     from trainer.reward import score_response

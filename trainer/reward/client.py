@@ -17,8 +17,6 @@ from typing import Any
 
 import requests
 
-from trainer.experience import shard
-
 TOKEN_ENV = "RLRUN_REWARD_TOKEN"
 TOKEN_FILE_ENV = "RLRUN_REWARD_TOKEN_FILE"
 
@@ -143,7 +141,14 @@ class RemoteRewardClient:
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
     """Contiguous [lo, hi) chunks of n items over at most `parts` URLs, sizes differing by at most one."""
-    return [(idx[0], idx[-1] + 1) for idx in shard(n, min(parts, n))]
+    parts = min(parts, n)
+    base, extra = divmod(n, parts)
+    chunks, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (i < extra)
+        chunks.append((lo, hi))
+        lo = hi
+    return chunks
 
 
 def _checked(url: str, resp: requests.Response, size: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Run the reward service under gunicorn: ``python -m trainer.reward_server --port 5001 ...``.
+"""Run the reward service under gunicorn: ``python -m trainer.reward.server --port 5001 ...``.
 
 The same command is the deployment command (gunicorn is driven programmatically
 through its BaseApplication). The dataset and token are checked in the master
@@ -19,11 +19,11 @@ from gunicorn.app.base import BaseApplication
 
 from trainer.reward.extract import DEFAULT_STRATEGIES, validate_strategies
 from trainer.reward.pool import default_processes
-from trainer.reward_server.config import TOKEN_ENV, ConfigError, ServerConfig
-from trainer.reward_server.dataset import DatasetError, DatasetIndex, load_dataset
+from trainer.reward.server.config import TOKEN_ENV, ConfigError, ServerConfig
+from trainer.reward.server.dataset import DatasetError, DatasetIndex, load_dataset
 
-PROG = "python -m trainer.reward_server"
-log = logging.getLogger("trainer.reward_server")
+PROG = "python -m trainer.reward.server"
+log = logging.getLogger("trainer.reward.server")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -205,14 +205,14 @@ class RewardServer(BaseApplication):
             self.cfg.set("control_socket_disable", True)
 
     def load(self) -> Any:
-        from trainer.reward_server.app import create_app
+        from trainer.reward.server.app import create_app
 
         return create_app(self._config, dataset=self._dataset)
 
 
 def _close_pool(_server: Any, worker: Any) -> None:
     """gunicorn worker_exit hook: stop this worker's verifier processes."""
-    from trainer.reward_server.app import EXTENSION
+    from trainer.reward.server.app import EXTENSION
 
     app = getattr(worker, "wsgi", None)
     state = getattr(app, "extensions", {}).get(EXTENSION) if app is not None else None

@@ -21,13 +21,13 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, label_to_str
 from trainer.reward.pool import VerifyPool
-from trainer.reward_server.config import ServerConfig
-from trainer.reward_server.dataset import DatasetIndex, load_dataset
-from trainer.reward_server.validation import Limits, RequestError, RewardRequest, parse_reward_request
+from trainer.reward.server.config import ServerConfig
+from trainer.reward.server.dataset import DatasetIndex, load_dataset
+from trainer.reward.server.validation import Limits, RequestError, RewardRequest, parse_reward_request
 
 __all__ = ["create_app"]
 
-log = logging.getLogger("trainer.reward_server")
+log = logging.getLogger("trainer.reward.server")
 
 EXTENSION = "rlrun_reward"
 EXTRACTED_LOG_CHARS = 200
@@ -171,7 +171,7 @@ def create_app(
         )
     state = _State(config, token, dataset, pool)
 
-    app = Flask("trainer.reward_server")
+    app = Flask("trainer.reward.server")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -1,0 +1,38 @@
+"""The reward package is torch-free: the service must not import torch, nor the job's reward client."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        ["trainer.reward.server.app", "trainer.reward.server.__main__"],
+        ["trainer.reward.client", "trainer.reward.local", "trainer.reward.pool"],
+    ],
+)
+def test_reward_modules_do_not_import_torch(modules: list[str]) -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "heavy = sorted(m for m in ('torch', 'ray', 'deepspeed', 'transformers', 'vllm') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"{modules} imported {out.stdout.strip()}"
+
+
+def test_client_split_is_contiguous_and_even() -> None:
+    from trainer.reward.client import _split
+
+    assert _split(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert _split(2, 5) == [(0, 1), (1, 2)]
+    assert _split(6, 1) == [(0, 6)]
