@@ -2,8 +2,10 @@
 
 The inventory is the hand-over document: rlrun reads it through Ansible's own
 inventory API (so group_vars, host_vars, vault and templating behave exactly as
-in `ansible-playbook`), overlaid on the ray_node role's defaults, and derives
-the dashboard URL and the token from the same variables the roles use.
+in `ansible-playbook`), overlaid on the cluster role's public variables
+(roles/cluster: defaults/ and vars/, the cluster contract) and nothing else, so
+the dashboard URL, the token's location and the reward URLs are the very
+expressions the roles use.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Cluster:
         except FileNotFoundError:
             raise RlrunError(f"no cluster token at {self.token_store}: the cluster described by {self.inventory} "
                              "has not been provisioned from this controller (run `rlrun up`), or set "
-                             "ray_node__auth_token in the inventory") from None
+                             "cluster__token in the inventory") from None
         except OSError as exc:
             raise RlrunError(f"cannot read the cluster token {self.token_store}: {exc.strerror}") from None
 
@@ -59,14 +61,11 @@ def default_inventory() -> Path:
     return local if local.exists() else PROJECT_DIR / "inventory"
 
 
-def _role_vars(loader, role: str, kind: str = "defaults") -> dict:
-    """A role's defaults/ or vars/, trusted as templates exactly as Ansible trusts them in a play."""
+def _cluster_vars(loader, kind: str) -> dict:
+    """roles/cluster/<kind>/main.yml, trusted as templates exactly as Ansible trusts them in a play."""
     from ansible.template import trust_as_template
 
-    path = PROJECT_DIR / "roles" / role / kind / "main.yml"
-    if not path.exists():
-        return {}
-    data = loader.load_from_file(str(path)) or {}
+    data = loader.load_from_file(str(PROJECT_DIR / "roles" / "cluster" / kind / "main.yml")) or {}
     return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()}
 
 
@@ -98,14 +97,19 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
         from ansible.vars.hostvars import HostVars
 
         all_hostvars = HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
-        defaults = {**_role_vars(loader, "ray_node"), **_role_vars(loader, "reward_server")}
-        derived = {**_role_vars(loader, "ray_node", "vars"), **_role_vars(loader, "reward_server", "vars")}
+        defaults, derived = _cluster_vars(loader, "defaults"), _cluster_vars(loader, "vars")
 
         def host_getter(name: str):
-            """get(var) for one host, with the precedence of a play:
+            """get(var) for one host, with the precedence of a play that lists the cluster role:
             role defaults < inventory < role vars (derived values)."""
             own = varmgr.get_vars(host=inv.get_host(name))
             own["hostvars"] = all_hostvars
+            renamed = sorted(old for old in derived["cluster__renamed"] if old in own)
+            if renamed:
+                raise RlrunError(f"inventory {inv_path}: {', '.join(renamed)} "
+                                 f"{'is' if len(renamed) == 1 else 'are'} set for {name}, but renamed: write "
+                                 + ", ".join(derived["cluster__renamed"][old] for old in renamed)
+                                 + " (roles/cluster/README.md)")
             variables = {**defaults, **own, **derived}
             templar = Templar(loader=loader, variables=variables)
             return (lambda var: templar.template(variables[var])), own
@@ -113,22 +117,22 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
         head = inv.get_host(heads[0])
         get, hostvars = host_getter(head.name)
 
-        auth = bool(get("ray_node__auth_enabled"))
+        auth = bool(get("cluster__auth_enabled"))
         cluster = Cluster(
-            name=str(get("ray_node__cluster_name")),
+            name=str(get("cluster__name")),
             inventory=inv_path,
             head=head.name,
-            # The role's own definition, so rlrun and the nodes agree by construction.
-            dashboard_url=str(get("ray_node__dashboard_url")),
+            # The cluster role's own definition, so rlrun and the nodes agree by construction.
+            dashboard_url=str(get("cluster__dashboard_url")),
             auth_enabled=auth,
             nodes=sorted(inv.get_groups_dict().get("ray_cluster", [])),
         )
         if auth:
-            if "ray_node__auth_token" in hostvars:
-                cluster.explicit_token = str(get("ray_node__auth_token")).strip()
+            if "cluster__token" in hostvars:
+                cluster.explicit_token = str(get("cluster__token")).strip()
             else:
-                cluster.token_store = Path(get("ray_node__auth_token_store"))
-        cluster.reward_urls = [str(host_getter(h)[0]("reward_server__url"))
+                cluster.token_store = Path(get("cluster__token_store"))
+        cluster.reward_urls = [str(host_getter(h)[0]("cluster__reward_url"))
                                for h in sorted(inv.get_groups_dict().get("reward_servers", []))]
         return cluster
     except AnsibleError as exc:

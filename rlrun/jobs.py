@@ -93,7 +93,7 @@ class Jobs:
         except AuthenticationError as exc:
             why = "refused the token" if "Invalid" in str(exc) or "Forbidden" in str(exc) else "wants a token"
             raise RlrunError(f"the cluster at {self.url} {why}: check the inventory's token "
-                             f"({self.cluster.token_store or 'ray_node__auth_token'})") from None
+                             f"({self.cluster.token_store or 'cluster__token'})") from None
         except ConnectionError:
             raise RlrunError(f"cannot reach the Ray Jobs API at {self.url}: is the cluster up? "
                              f"(`rlrun up`, `rlrun status`)") from None

@@ -41,7 +41,7 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
     """A one-node (by default) local inventory for cluster `name` on ports base_port.. ."""
     heads = heads or ["localhost"]
     head_hosts = {h: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                      "rlrun__node_address": address, **(hosts_extra or {})} for h in heads}
+                      "cluster__node_address": address, **(hosts_extra or {})} for h in heads}
     inv = {"all": {"children": {"ray_cluster": {"children": {
         "ray_head": {"hosts": head_hosts},
         "ray_workers": {"hosts": workers or {}}}},
@@ -49,21 +49,21 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
         "reward_servers": {"hosts": {heads[0]: None}}}}}
     p = base_port
     gv = {
-        "rlrun__cluster_name": name,
-        "rlrun__venv": sys.prefix,
-        "rlrun__state_dir": f"{root}/state/{{{{ inventory_hostname }}}}",
+        "cluster__name": name,
+        "cluster__venv": sys.prefix,
+        "cluster__state_dir": f"{root}/state/{{{{ inventory_hostname }}}}",
         "python_stack__project_install": "editable",
         "python_stack__project_src": str(PROJECT),
         "ray_node__num_cpus": 1, "ray_node__num_gpus": 0, "ray_node__object_store_memory": 300_000_000,
-        "ray_node__gcs_port": p, "ray_node__dashboard_port": p + 1, "ray_node__client_server_port": p + 2,
-        "ray_node__node_manager_port": p + 10, "ray_node__object_manager_port": p + 11,
-        "ray_node__dashboard_agent_listen_port": p + 12, "ray_node__dashboard_agent_grpc_port": p + 13,
-        "ray_node__runtime_env_agent_port": p + 14, "ray_node__metrics_export_port": p + 15,
-        "ray_node__min_worker_port": p + 100, "ray_node__max_worker_port": p + 399,
-        "ray_node__temp_dir": f"/tmp/rlrun-{os.getuid()}/{name}-{{{{ inventory_hostname }}}}",
-        "accel_env__vendor": "cpu", "accel_env__gloo_socket_ifname": "lo",
-        "rlrun__expected_nodes": None, "rlrun__expected_gpus": None,
-        "reward_server__port": p + 50, "reward_server__verify_processes": 1,
+        "cluster__ray_gcs_port": p, "cluster__ray_dashboard_port": p + 1, "cluster__ray_client_server_port": p + 2,
+        "cluster__ray_node_manager_port": p + 10, "cluster__ray_object_manager_port": p + 11,
+        "cluster__ray_dashboard_agent_listen_port": p + 12, "cluster__ray_dashboard_agent_grpc_port": p + 13,
+        "cluster__ray_runtime_env_agent_port": p + 14, "cluster__ray_metrics_export_port": p + 15,
+        "cluster__ray_min_worker_port": p + 100, "cluster__ray_max_worker_port": p + 399,
+        "cluster__ray_temp_dir": f"/tmp/rlrun-{os.getuid()}/{name}-{{{{ inventory_hostname }}}}",
+        "cluster__accelerator": "cpu", "accel_env__gloo_socket_ifname": "lo",
+        "cluster__expected_nodes": None, "cluster__expected_gpus": None,
+        "cluster__reward_port": p + 50, "reward_server__verify_processes": 1,
         **(group_vars or {}),
     }
     inv_dir = root / "inventory"

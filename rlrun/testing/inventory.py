@@ -24,33 +24,33 @@ def cluster_vars(lab: Lab, name: str, base_port: int, worker_ports: int = 200) -
     base..base+15, reward service base+50, worker range base+100 .. +worker_ports)."""
     p = base_port
     return {
-        "rlrun__cluster_name": name,
+        "cluster__name": name,
         # The hosts share this machine's filesystem: they reuse the project's venv.
-        "rlrun__venv": sys.prefix,
+        "cluster__venv": sys.prefix,
         "python_stack__project_install": "editable",
         "python_stack__project_src": str(PROJECT),
-        "rlrun__state_dir": f"{lab.dir}/state/{name}/{{{{ inventory_hostname }}}}",
-        "ray_node__temp_dir": f"{lab.dir}/ray/{name}-{{{{ inventory_hostname }}}}",
+        "cluster__state_dir": f"{lab.dir}/state/{name}/{{{{ inventory_hostname }}}}",
+        "cluster__ray_temp_dir": f"{lab.dir}/ray/{name}-{{{{ inventory_hostname }}}}",
         "ray_node__num_cpus": 1,
         "ray_node__num_gpus": 0,
         "ray_node__object_store_memory": 128 * 2**20,
-        "ray_node__gcs_port": p,
-        "ray_node__dashboard_port": p + 1,
-        "ray_node__client_server_port": p + 2,
-        "ray_node__node_manager_port": p + 10,
-        "ray_node__object_manager_port": p + 11,
-        "ray_node__dashboard_agent_listen_port": p + 12,
-        "ray_node__dashboard_agent_grpc_port": p + 13,
-        "ray_node__runtime_env_agent_port": p + 14,
-        "ray_node__metrics_export_port": p + 15,
-        "ray_node__min_worker_port": p + 100,
-        "ray_node__max_worker_port": p + 100 + worker_ports - 1,
-        "accel_env__vendor": "cpu",
+        "cluster__ray_gcs_port": p,
+        "cluster__ray_dashboard_port": p + 1,
+        "cluster__ray_client_server_port": p + 2,
+        "cluster__ray_node_manager_port": p + 10,
+        "cluster__ray_object_manager_port": p + 11,
+        "cluster__ray_dashboard_agent_listen_port": p + 12,
+        "cluster__ray_dashboard_agent_grpc_port": p + 13,
+        "cluster__ray_runtime_env_agent_port": p + 14,
+        "cluster__ray_metrics_export_port": p + 15,
+        "cluster__ray_min_worker_port": p + 100,
+        "cluster__ray_max_worker_port": p + 100 + worker_ports - 1,
+        "cluster__accelerator": "cpu",
         "accel_env__nccl_socket_ifname": "eth0",
         "accel_env__gloo_socket_ifname": "eth0",
-        "rlrun__expected_nodes": None,
-        "rlrun__expected_gpus": None,
-        "reward_server__port": p + 50,
+        "cluster__expected_nodes": None,
+        "cluster__expected_gpus": None,
+        "cluster__reward_port": p + 50,
         "reward_server__verify_processes": 1,
     }
 
@@ -69,7 +69,7 @@ def write_cluster_inventory(root: Path, lab: Lab, name: str, base_port: int, hea
 
     def entry(host: str) -> dict:
         return {**lab.ansible_vars(host), "ansible_python_interpreter": "/usr/bin/python3",
-                "rlrun__node_address": lab.hosts[host]}
+                "cluster__node_address": lab.hosts[host]}
 
     reward = reward or [head]
     inv = {"all": {"children": {

@@ -100,7 +100,10 @@ def test_reward_service_wants_the_cluster_token_and_verifies(cluster):
     token = (cluster["state"] / "auth_token").read_text().strip()
     ok = requests.post(url, json=REWARD_BODY, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]
-    assert (cluster["state"] / "reward" / "token").stat().st_mode & 0o777 == 0o600
+    # One copy of the token per host, read by both services: the reward service has none of its own.
+    assert not (cluster["state"] / "reward" / "token").exists()
+    supervisor = cluster["state"] / "reward" / "service" / f"rlrun-{NAME}-reward.supervise"
+    assert f"--token-file {cluster['state'] / 'auth_token'}" in supervisor.read_text()
     status = rlrun(cluster["inv"], "status")
     assert f"reward service {url}: ok" in status.stdout, status.stdout + status.stderr
 
@@ -170,13 +173,13 @@ def test_list_status_logs_and_unknown_job(cluster):
 
 def test_wrong_token_and_unreachable_cluster_are_one_clear_line(cluster, tmp_path):
     wrong = write_inventory(
-        tmp_path / "w", NAME, ADDRESS, PORT, group_vars={"ray_node__auth_token": "1" * 64}
+        tmp_path / "w", NAME, ADDRESS, PORT, group_vars={"cluster__token": "1" * 64}
     )
     result = rlrun(wrong, "list")
     assert result.returncode == 1
     assert "refused the token" in result.stderr and "Traceback" not in result.stderr
     away = write_inventory(
-        tmp_path / "u", NAME, ADDRESS, PORT + 50, group_vars={"ray_node__auth_token": "1" * 64}
+        tmp_path / "u", NAME, ADDRESS, PORT + 50, group_vars={"cluster__token": "1" * 64}
     )
     result = rlrun(away, "list")
     assert result.returncode == 1
@@ -285,7 +288,7 @@ def test_teardown_stops_this_cluster_only(cluster, tmp_path_factory):
         down = playbook(cluster["inv"], "playbooks/teardown.yml")
         assert down.returncode == 0, down.stdout[-3000:]
         assert not cluster["pidfile"].exists()
-        left = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+        left = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True).stdout
         assert f"/tmp/rlrun-{os.getuid()}/{NAME}-localhost" not in left
         assert not _alive(cluster["url"], None) and requests.get  # our dashboard is gone
         status = rlrun(cluster["inv"], "status")

@@ -143,7 +143,7 @@ def test_preflight_on_a_local_inventory_finds_a_port_taken_by_a_stranger(tmp_pat
         stranger.wait()
     out = " ".join((taken.stdout + taken.stderr).split())
     assert taken.returncode == 1, out[-3000:]
-    assert re.search(rf"localhost +ports +127\.0\.0\.9:9110 \(ray_node__node_manager_port\) is held by "
+    assert re.search(rf"localhost +ports +127\.0\.0\.9:9110 \(cluster__ray_node_manager_port\) is held by "
                      rf"pid {stranger.pid} ", out), out[-3000:]
     assert "1 problem on 1 host" in out
 
@@ -171,8 +171,8 @@ def test_preflight_reports_every_problem_in_one_table(lab, cluster_a, tmp_path):
     shutil.copytree(cluster_a, inv)
     set_host_vars(inv, {
         "head": {"preflight__min_shm_bytes": 2**50},
-        "worker1": {"accel_env__gloo_socket_ifname": "eth9", "accel_env__nofile_limit": 2**31},
-        "worker2": {"ray_node__num_gpus": 1, "rlrun__venv": str(bare)},
+        "worker1": {"accel_env__gloo_socket_ifname": "eth9", "cluster__nofile_limit": 2**31},
+        "worker2": {"ray_node__num_gpus": 1, "cluster__venv": str(bare)},
     })
     # A stranger listening inside worker1's worker port range, and worker2 cut off from the head.
     stranger = subprocess.Popen(
@@ -191,13 +191,13 @@ def test_preflight_reports_every_problem_in_one_table(lab, cluster_a, tmp_path):
     for host, what in [
         ("head", r"/dev/shm /dev/shm is [\d.]+ GiB, at least 1048576\.00 GiB needed \(preflight__min_shm_bytes\)"),
         ("worker1", r"interface GLOO_SOCKET_IFNAME=eth9: no such interface here \(have: eth0, lo\)"),
-        ("worker1", r"ulimit ulimit -n 2147483648 \(accel_env__nofile_limit\) cannot be set here"),
+        ("worker1", r"ulimit ulimit -n 2147483648 \(cluster__nofile_limit\) cannot be set here"),
         ("worker1", rf"ports 1 ports of the worker range 9200-9399 are taken: 9300 held by pid {stranger.pid} "),
         ("worker2", r"gpus the inventory gives this node 1 GPUs \(ray_node__num_gpus\), 0 cpu GPUs are usable"),
         ("worker2", r"versions ray missing here, 2\.60\.0 on head"),
-        ("worker2", r"reachable cannot reach head 10\.244\.52\.11:9100 \(ray_node__gcs_port\)"),
+        ("worker2", r"reachable cannot reach head 10\.244\.52\.11:9100 \(cluster__ray_gcs_port\)"),
         ("worker2", r"reward reward service of head \(http://10\.244\.52\.11:9150/health_check\) does not answer"),
-        ("head", r"reachable cannot reach worker2 10\.244\.52\.13:9110 \(ray_node__node_manager_port\)"),
+        ("head", r"reachable cannot reach worker2 10\.244\.52\.13:9110 \(cluster__ray_node_manager_port\)"),
     ]:
         assert re.search(rf"{host} +{what}", out), f"{host}: {what} not in:\n{out[-4000:]}"
 
@@ -211,7 +211,7 @@ def test_preflight_of_the_seed_inventory_on_two_lab_hosts(lab, tmp_path):
     override = tmp_path / "placeholders.yml"
     override.write_text(yaml.safe_dump({"all": {"hosts": {
         name: {**lab.ansible_vars(host), "ansible_python_interpreter": "/usr/bin/python3",
-               "rlrun__node_address": HOSTS[host]}
+               "cluster__node_address": HOSTS[host]}
         for name, host in (("gpu005", "head"), ("gpu004", "worker1"))}}}))
     check = playbook(seed, "playbooks/preflight.yml", "-i", str(override))
     out = " ".join(check.stdout.split())
@@ -303,7 +303,7 @@ def test_handover_as_inventory_and_vaulted_token_runs_the_cluster_unchanged(lab,
     password.chmod(0o600)
     token = _token(cluster_a, A)
     vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file", str(password),
-                              "--name", "ray_node__auth_token", token], capture_output=True, text=True, check=True,
+                              "--name", "cluster__token", token], capture_output=True, text=True, check=True,
                              env=ansible_env())
     (inv / "group_vars" / "all" / "vault.yml").write_text("---\n" + vaulted.stdout)
     assert token not in (inv / "group_vars" / "all" / "vault.yml").read_text()

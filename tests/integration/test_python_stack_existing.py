@@ -19,10 +19,10 @@ pytestmark = pytest.mark.integration
 
 def _run_role(tmp_path, venv, imports, extra_paths):
     play = [{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
-             "roles": [{"role": "python_stack", "vars": {
+             "vars": {"cluster__venv": str(venv)},
+             "roles": ["cluster", {"role": "python_stack", "vars": {
                  "python_stack__install": False,
                  "python_stack__python": sys.executable,
-                 "python_stack__venv": str(venv),
                  "python_stack__extra_paths": [str(p) for p in extra_paths],
                  "python_stack__import_check": imports}}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))

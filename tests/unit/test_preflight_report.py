@@ -33,13 +33,13 @@ def test_versions_are_compared_with_the_head():
 def test_local_problems_probe_failures_and_silent_hosts_are_rows():
     data = {"reference": "head", "hosts": {
         "head": host(problems=[{"check": "ulimit", "problem": "too low"}]),
-        "w1": host(failures=[{"host": "head", "address": "10.0.0.5", "port": 8100, "name": "ray_node__gcs_port",
+        "w1": host(failures=[{"host": "head", "address": "10.0.0.5", "port": 8100, "name": "cluster__ray_gcs_port",
                               "error": "No route to host"},
                              {"host": "head", "url": "http://10.0.0.5:5001/health_check", "error": "HTTP 500"}]),
         "w2": {"check": None, "probe": None, "error": "Failed to connect to the host via ssh"}}}
     assert report.rows_of(data) == [
         ("head", "ulimit", "too low"),
-        ("w1", "reachable", "cannot reach head 10.0.0.5:8100 (ray_node__gcs_port): No route to host"),
+        ("w1", "reachable", "cannot reach head 10.0.0.5:8100 (cluster__ray_gcs_port): No route to host"),
         ("w1", "reward", "reward service of head (http://10.0.0.5:5001/health_check) does not answer from here: HTTP 500"),
         ("w2", "reachable", "Failed to connect to the host via ssh"),
     ]

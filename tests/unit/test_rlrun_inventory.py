@@ -36,7 +36,7 @@ def test_token_read_from_the_controllers_token_file(tmp_path):
 
 
 def test_explicit_token_wins(tmp_path):
-    inv = write_inventory(tmp_path, "gamma", "127.0.0.9", 9300, group_vars={"ray_node__auth_token": "cd" * 32})
+    inv = write_inventory(tmp_path, "gamma", "127.0.0.9", 9300, group_vars={"cluster__token": "cd" * 32})
     assert load_cluster(inv).token == "cd" * 32
 
 
@@ -47,7 +47,7 @@ def test_missing_token_file_says_to_provision(tmp_path):
 
 
 def test_auth_off_needs_no_token(tmp_path):
-    inv = write_inventory(tmp_path, "eps", "127.0.0.9", 9300, group_vars={"ray_node__auth_enabled": False})
+    inv = write_inventory(tmp_path, "eps", "127.0.0.9", 9300, group_vars={"cluster__auth_enabled": False})
     assert load_cluster(inv).token is None
 
 

@@ -235,7 +235,7 @@ def check(cfg):
             pass
     if hard != resource.RLIM_INFINITY and nofile > ceiling:
         which = "fs.nr_open" if os.geteuid() == 0 else "hard limit of this user"
-        problem("ulimit", f"ulimit -n {nofile} (accel_env__nofile_limit) cannot be set here: the limit is {ceiling} ({which})")
+        problem("ulimit", f"ulimit -n {nofile} (cluster__nofile_limit) cannot be set here: the limit is {ceiling} ({which})")
 
     # /dev/shm (the object store and NCCL's shared-memory transport live there).
     try:
@@ -322,7 +322,7 @@ def check(cfg):
             sock.close()
             if exc.errno == errno.EADDRNOTAVAIL:
                 missing.add(address)
-                problem("address", f"{address} is not an address of this host (rlrun__node_address / reward_server__host)")
+                problem("address", f"{address} is not an address of this host (cluster__node_address)")
                 continue
             if exc.errno != errno.EADDRINUSE:
                 problem("ports", f"cannot bind {address}:{port} ({name}): {exc.strerror}")
