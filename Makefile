@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: venv demo up down status test lint pytest molecule clean
+.PHONY: venv demo up down status test check system-deps lint pytest molecule clean
 
 $(VENV)/.stack-installed: pyproject.toml constraints/cpu.txt scripts/install-stack.sh
 	scripts/install-stack.sh $(VENV)
@@ -32,7 +32,12 @@ down: venv
 status: venv
 	rlrun status
 
-test: venv lint pytest molecule
+# System packages first (scripts/system-deps.sh installs what is missing as
+# root, else stops at once with the install line), so no scenario is skipped.
+test: system-deps venv lint pytest molecule
+
+system-deps:
+	scripts/system-deps.sh
 
 lint: venv
 	ruff check .
