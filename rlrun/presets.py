@@ -229,6 +229,14 @@ def coerce(spec: FlagSpec, value: Any) -> tuple[Any, str | None]:
         return None, None
     if spec.is_list:
         return split_list(text), None
+    if spec.is_pair:  # "LOW,HIGH" or "LOW HIGH"
+        parts = text.replace(",", " ").split()
+        try:
+            if len(parts) == 2:
+                return (float(parts[0]), float(parts[1])), None
+        except ValueError:
+            pass
+        return value, spec.describe_type()
     try:
         if spec.base is bool:
             low = text.lower()
@@ -354,6 +362,8 @@ def flag_args(cfg: TrainerConfig, named: Iterable[str] = ()) -> list[str]:
             args += [spec.cli, "none"]
         elif spec.is_list:
             args += [spec.cli, ",".join(value)]
+        elif spec.is_pair:
+            args += [spec.cli, *(repr(v) for v in value)]
         else:
             args += [spec.cli, repr(value) if isinstance(value, float) else str(value)]
     return args
@@ -394,7 +404,7 @@ def trainer_argv(command: list[str]) -> list[str] | None:
 
 def config_from_argv(argv: list[str]) -> TrainerConfig:
     """Validate a trainer command line as the trainer will (its parser, its checks); errors list every problem."""
-    from trainer.config.cli import build_parser, flag_specs, known_flags, unknown_arguments_problems
+    from trainer.config.cli import build_parser, read_argv
 
     parser = build_parser(prog=f"python -m {TRAINER_MODULE}")
     parser.add_argument("--print-config", action="store_true")
@@ -403,11 +413,10 @@ def config_from_argv(argv: list[str]) -> TrainerConfig:
         raise PresetError("the trainer's command line is not valid", [message])
 
     parser.error = error  # argparse would print and exit
-    namespace, extras = parser.parse_known_args(argv)
-    problems = unknown_arguments_problems(extras, known_flags(parser))
+    values, _, problems = read_argv(argv, parser)
     if problems:
         raise PresetError("the trainer's command line is not valid", problems)
     try:
-        return TrainerConfig(**{s.name: getattr(namespace, s.name) for s in flag_specs(TrainerConfig)})
+        return TrainerConfig(**values)
     except ConfigError as err:
         raise PresetError("the trainer's command line is not a valid job", err.problems) from None

@@ -5,16 +5,20 @@ right-padded; ``action_mask`` is 1 on real response tokens (up to and including 
 Sequence scores (reward-model / reward-function outputs) are ``[B]``. For the group estimators the
 ``n`` samples of one prompt are adjacent: ``scores.view(-1, n)`` has one prompt per row.
 
-The pipeline of one rollout, :func:`compute_advantages_and_returns`:
+The pipeline of one rollout, :func:`compute_advantages_and_returns` (the trainer calls it through
+:func:`advantages_from_config`, which takes every choice from the values ``--print-config`` shows):
 
 1. (optional, stateful, done by the caller) ``scores = normalize_reward(scores, stats)``;
-2. group estimators only: ``scores = ADVANTAGE_ESTIMATORS[name](scores, n)`` (baseline-subtracted);
-3. ``r = compute_token_rewards(scores, kl, action_mask, kl_coef)``: score on the last valid token,
-   ``-kl_coef * kl`` on every valid token (pass ``kl_coef=0`` when the KL is a loss, ``--use_kl_loss``);
+2. sequence estimators: ``scores = ADVANTAGE_ESTIMATORS[name](scores, n)`` (rloo, reinforce_baseline,
+   dr_grpo, group_norm subtract a baseline from the prompt's other samples; reinforce keeps the score);
+3. ``scores.clamp(*reward_clip)`` (``--reward_clip_range``, as OpenRLHF), then
+   ``r = compute_token_rewards(scores, kl, action_mask, kl_coef)``: score on the last valid token,
+   ``-kl_coef * kl`` on every valid token (``kl_coef=0`` when the KL is a loss, ``--use_kl_loss``);
 4. gae: ``advantages, returns = gae(r, values, action_mask, gamma, lambd)``;
    others: ``returns = cumulative_returns(r, action_mask, gamma)`` and ``advantages = returns``;
-5. whitening of the token advantages over the batch (masked mean 0 / std 1) for every estimator but
-   group_norm (``WHITEN_ADVANTAGES``); returns are never whitened.
+5. :func:`normalize_advantages` over the batch's valid tokens: ``whiten`` (mean 0, std 1; gae, reinforce,
+   reinforce_baseline, and rloo unless ``--rloo_whiten off``), ``center`` (mean 0 only:
+   ``--no_advantage_std_norm``) or ``none`` (group_norm, dr_grpo). Returns are never normalised.
 
 Losses and log-probabilities live in :mod:`trainer.losses` and are re-exported here.
 """
@@ -22,6 +26,7 @@ Losses and log-probabilities live in :mod:`trainer.losses` and are re-exported h
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 
@@ -40,11 +45,15 @@ from trainer.losses import (
     value_loss,
 )
 
+Normalization = Literal["whiten", "center", "none"]
+NORMALIZATIONS: tuple[str, ...] = ("whiten", "center", "none")
+
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "WHITEN_ADVANTAGES", "RunningMeanStd", "compute_advantages_and_returns",
-    "compute_kl", "compute_token_rewards", "cumulative_returns", "gae", "group_norm", "kl_k1", "kl_k2", "kl_k3",
-    "kl_loss", "log_probs_from_logits", "masked_mean", "masked_whiten", "normalize_reward", "policy_loss",
-    "reinforce_baseline", "rloo", "value_loss",
+    "ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "NORMALIZATIONS", "WHITEN_ADVANTAGES", "RunningMeanStd",
+    "advantages_from_config", "compute_advantages_and_returns", "compute_kl", "compute_token_rewards",
+    "cumulative_returns", "dr_grpo", "gae", "group_norm", "kl_k1", "kl_k2", "kl_k3", "kl_loss",
+    "log_probs_from_logits", "masked_mean", "masked_whiten", "normalize_advantages", "normalize_reward",
+    "policy_loss", "reinforce", "reinforce_baseline", "rloo", "value_loss",
 ]  # fmt: skip
 
 
@@ -130,12 +139,37 @@ def rloo(scores: torch.Tensor, n: int) -> torch.Tensor:
     return (groups - baseline).reshape(-1)
 
 
+def reinforce(scores: torch.Tensor, n: int = 1) -> torch.Tensor:
+    """REINFORCE++ (no baseline): the score itself (a copy), for any ``n``. Its variance reduction is the
+    batch whitening of the token advantages (step 5 of :func:`compute_advantages_and_returns`), and the
+    KL penalty sits in the per-token rewards, so ``--gamma`` discounts it (OpenRLHF allows gamma != 1
+    for this estimator only among the REINFORCE family)."""
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be 1-D, got shape {tuple(scores.shape)}")
+    return scores.clone()
+
+
 def reinforce_baseline(scores: torch.Tensor, n: int) -> torch.Tensor:
     """REINFORCE++ with baseline, sequence part: ``s_i - mean_j s_j`` within each prompt's n samples.
 
     No division by the group std (unlike group_norm); the batch whitening of the token-level advantages
     that completes REINFORCE++-baseline is step 5 of :func:`compute_advantages_and_returns`.
     """
+    groups = _groups(scores, n)
+    return (groups - groups.mean(dim=1, keepdim=True)).reshape(-1)
+
+
+def dr_grpo(scores: torch.Tensor, n: int) -> torch.Tensor:
+    """Dr. GRPO (Liu et al. 2025, "GRPO done right"): ``s_i - mean_j s_j`` within each prompt's n
+    samples: GRPO without the division by the group std (which favours prompts whose samples all
+    score alike). Not whitened over the batch either. Requires ``n > 1``.
+
+    As in OpenRLHF v0.8.4 the loss is the token mean over the micro-batch like every estimator's
+    here; the paper's other change (dividing token sums by a constant instead of each sequence's
+    length) is what a token-level mean already avoids: no per-sequence length normalisation.
+    """
+    if n < 2:
+        raise ValueError(f"dr_grpo needs n > 1 samples per prompt, got n={n}")
     groups = _groups(scores, n)
     return (groups - groups.mean(dim=1, keepdim=True)).reshape(-1)
 
@@ -154,12 +188,30 @@ def group_norm(scores: torch.Tensor, n: int, eps: float = 1e-9) -> torch.Tensor:
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]]] = {
     "gae": gae,  # (token_rewards, values, action_mask, gamma, lambd) -> (advantages, returns)
+    "reinforce": reinforce,  # (scores [B], n) -> scores [B]
     "rloo": rloo,  # (scores [B*n], n) -> shaped scores [B*n]
     "reinforce_baseline": reinforce_baseline,  # (scores [B*n], n) -> shaped scores [B*n]
     "group_norm": group_norm,  # (scores [B*n], n) -> shaped scores [B*n]
+    "dr_grpo": dr_grpo,  # (scores [B*n], n) -> shaped scores [B*n]
 }
-# Which estimators whiten over the batch: the estimator table's choice (trainer.config.estimators).
+# Which estimators whiten over the batch by default: the estimator table's choice (trainer.config.estimators).
 WHITEN_ADVANTAGES: dict[str, bool] = {name: e.batch_whiten for name, e in ESTIMATORS.items()}
+
+
+def normalize_advantages(advantages: torch.Tensor, action_mask: torch.Tensor, mode: Normalization) -> torch.Tensor:
+    """Normalise token advantages over the valid tokens of the batch (OpenRLHF's replay-buffer step).
+
+    ``whiten``: ``(A - m) / sqrt(max(v, 1e-8))`` with the masked mean ``m`` and population variance ``v``;
+    ``center``: ``A - m`` (``--no_advantage_std_norm``); ``none``: unchanged. Padding becomes 0 in the
+    first two modes (OpenRLHF leaves it at ``-m * rstd``; the losses never read it).
+    """
+    if mode == "whiten":
+        return masked_whiten(advantages, action_mask)
+    if mode == "center":
+        return (advantages - masked_mean(advantages, action_mask)) * action_mask.to(advantages.dtype)
+    if mode == "none":
+        return advantages
+    raise ValueError(f"unknown advantage normalization {mode!r}; expected one of {', '.join(NORMALIZATIONS)}")
 
 
 def compute_advantages_and_returns(
@@ -173,14 +225,16 @@ def compute_advantages_and_returns(
     values: torch.Tensor | None = None,
     gamma: float = 1.0,
     lambd: float = 1.0,
-    whiten: bool = True,
+    normalization: Normalization | None = None,
+    reward_clip: tuple[float, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 2-5 of the module pipeline for one rollout; returns ``(advantages, returns)``, ``[B, T]``.
 
     ``scores`` ``[B]`` (already normalised if ``--normalize_reward``), ``kl`` ``[B, T]`` per-token KL
-    (``None`` or ``kl_coef=0`` when the KL is a loss), ``values`` ``[B, T]`` critic values (gae only).
-    ``whiten=False`` skips step 5 so that a distributed caller can whiten with all-reduced statistics;
-    with ``whiten=True`` the statistics are those of this batch, so pass the whole rollout.
+    (``None`` or ``kl_coef=0`` when the KL is a loss), ``values`` ``[B, T]`` critic values (gae only),
+    ``reward_clip`` ``(low, high)`` clamps the (shaped) scores. ``normalization`` None is the estimator's
+    default (``whiten`` or ``none``, :data:`WHITEN_ADVANTAGES`); pass ``"none"`` to normalise elsewhere
+    (e.g. with all-reduced statistics). The statistics are those of this batch: pass the whole rollout.
     """
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(
@@ -189,17 +243,39 @@ def compute_advantages_and_returns(
     if estimator == "gae":
         if values is None:
             raise ValueError("advantage estimator 'gae' needs critic values")
-        advantages, returns = gae(compute_token_rewards(scores, kl, action_mask, kl_coef), values, action_mask,
-                                  gamma, lambd)  # fmt: skip
+        shaped = scores
     else:
         shaped = ADVANTAGE_ESTIMATORS[estimator](scores, n_samples_per_prompt)
-        returns = cumulative_returns(
-            compute_token_rewards(shaped, kl, action_mask, kl_coef), action_mask, gamma
-        )
+    if reward_clip is not None:
+        low, high = reward_clip
+        shaped = shaped.clamp(min=low, max=high)
+    token_rewards = compute_token_rewards(shaped, kl, action_mask, kl_coef)
+    if estimator == "gae":
+        advantages, returns = gae(token_rewards, values, action_mask, gamma, lambd)
+    else:
+        returns = cumulative_returns(token_rewards, action_mask, gamma)
         advantages = returns.clone()
-    if whiten and WHITEN_ADVANTAGES[estimator]:
-        advantages = masked_whiten(advantages, action_mask)
-    return advantages, returns
+    mode = normalization or ("whiten" if WHITEN_ADVANTAGES[estimator] else "none")
+    return normalize_advantages(advantages, action_mask, mode), returns
+
+
+def advantages_from_config(
+    cfg: Any,
+    scores: torch.Tensor,
+    action_mask: torch.Tensor,
+    *,
+    kl: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compute_advantages_and_returns` with every choice taken from a validated ``TrainerConfig``:
+    the estimator, ``n_samples_per_prompt``, ``gamma`` / ``lambd``, ``reward_clip_range`` and the derived
+    ``kl_penalty_coef`` (the KL's weight in the rewards: 0 with ``--use_kl_loss``) and
+    ``advantage_norm`` (whiten / center / none), exactly as ``--print-config`` shows them."""
+    return compute_advantages_and_returns(
+        cfg.advantage_estimator, scores, action_mask, n_samples_per_prompt=cfg.n_samples_per_prompt, kl=kl,
+        kl_coef=cfg.kl_penalty_coef, values=values, gamma=cfg.gamma, lambd=cfg.lambd,
+        normalization=cfg.advantage_norm, reward_clip=cfg.reward_clip_range,
+    )  # fmt: skip
 
 
 class RunningMeanStd:

@@ -19,10 +19,10 @@ import torch
 from trainer.actors.critic_worker import CriticWorker
 from trainer.actors.group import ActorGroup, GroupSpec
 from trainer.actors.model_worker import ModelWorker
-from trainer.algorithms import RunningMeanStd, compute_advantages_and_returns, normalize_reward
+from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
 from trainer.experience import Experience, build_experience, shard
-from trainer.losses import compute_kl, masked_mean
+from trainer.losses import PolicyObjective, compute_kl, masked_mean
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import gpu_share, process_cpus
 from trainer.reward.client import RemoteRewardClient, token_from_env
@@ -78,7 +78,7 @@ class Trainer:
                               gpus_per_actor=share, cpus_per_actor=cpus)
             self.critic = ActorGroup(CriticWorker, cspec, pg=self.policy.pg if cfg.colocate_all_models else None)
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
-                            micro_batch=cfg.micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
+                            micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
@@ -171,9 +171,11 @@ class Trainer:
             self.ref.run("load_full_state", state)
         self.sync_weights()
 
-    def _micro(self, exp: Experience, rows: torch.Tensor, group: ActorGroup) -> list[list[dict[str, torch.Tensor]]]:
-        """`rows` of `exp` split over the ranks of `group`, each rank's share cut into micro-batches."""
-        size = self.cfg.micro_train_batch_size
+    def _micro(self, exp: Experience, rows: torch.Tensor, group: ActorGroup,
+               size: int | None = None) -> list[list[dict[str, torch.Tensor]]]:
+        """`rows` of `exp` split over the ranks of `group`, each rank's share cut into micro-batches of `size`
+        (default --micro_train_batch_size)."""
+        size = size or self.cfg.micro_train_batch_size
         return [[exp.rows(mine[i:i + size]) for i in range(0, len(mine), size)]
                 for mine in (rows[idx] for idx in shard(len(rows), group.spec.world_size))]
 
@@ -229,13 +231,14 @@ class Trainer:
             kl = compute_kl(exp.old_logprobs, exp.ref_logprobs, exp.action_mask, cfg.kl_estimator)
         if self.critic is not None:
             exp.values = self._per_rank(self.critic, "batch_values", exp)
-        exp.advantages, exp.returns = compute_advantages_and_returns(
-            cfg.advantage_estimator, scores, exp.action_mask, n_samples_per_prompt=cfg.n_samples_per_prompt,
-            kl=kl, kl_coef=0.0 if cfg.use_kl_loss else cfg.init_kl_coef, values=exp.values,
-            gamma=cfg.gamma, lambd=cfg.lambd)
+        # every choice (estimator, KL in the rewards or not, normalisation) as --print-config shows it
+        exp.advantages, exp.returns = advantages_from_config(cfg, scores, exp.action_mask, kl=kl, values=exp.values)
         exp.scores = raw
         lengths = exp.action_mask.sum(-1)
+        adv_mean = masked_mean(exp.advantages, exp.action_mask)
         extra = {"reward/mean": raw.mean().item(), "reward/std": raw.std(unbiased=False).item(),
+                 "advantage/mean": adv_mean.item(),
+                 "advantage/std": masked_mean((exp.advantages - adv_mean) ** 2, exp.action_mask).sqrt().item(),
                  "response_length/mean": lengths.mean().item(),
                  # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
                  "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel())}
@@ -262,28 +265,38 @@ class Trainer:
         b = exp.input_ids.size(0)
         sums: dict[str, float] = {}
         steps = 0
+        objective = PolicyObjective.from_config(cfg)  # the loss --print-config describes, for every rank
+        # critic warm-up (--freezing_actor_steps): the first N rollout steps train the critic only, and the
+        # actor's LR schedule starts when the actor does
+        frozen = max(cfg.freezing_actor_steps, 0)
+        actor_trains = self.step_no > frozen
         for epoch in range(cfg.max_epochs):
             gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step_no * 101 + epoch)
             perm = torch.randperm(b, generator=gen)
             for start in range(0, b, cfg.train_batch_size):
                 batch = perm[start:start + cfg.train_batch_size]
-                lr = learning_rate(cfg.actor_learning_rate, self.opt_step, self.total_train_steps,
-                                   cfg.lr_warmup_ratio, cfg.lr_scheduler)
-                refs = [a.train_policy.remote(m, eps_clip=cfg.eps_clip, lr=lr,
-                                              kl_coef=cfg.init_kl_coef if cfg.use_kl_loss else 0.0)
-                        for a, m in zip(self.policy.actors, self._micro(exp, batch, self.policy), strict=True)]
+                refs = []
+                if actor_trains:
+                    lr = learning_rate(cfg.actor_learning_rate, self.opt_step - frozen * cfg.train_steps_per_rollout,
+                                       self.total_train_steps, cfg.lr_warmup_ratio, cfg.lr_scheduler)
+                    refs = [a.train_policy.remote(m, objective, lr=lr)
+                            for a, m in zip(self.policy.actors, self._micro(exp, batch, self.policy), strict=True)]
+                    sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
                 if self.critic is not None:  # the critic steps on the same minibatch, at the same time
                     clr = learning_rate(cfg.critic_learning_rate, self.opt_step, self.total_train_steps,
-                                        cfg.lr_warmup_ratio, cfg.lr_scheduler)
+                                        cfg.critic_lr_warmup_ratio, cfg.lr_scheduler)
                     crefs = [a.train_critic.remote(m, value_clip=cfg.value_clip, lr=clr)
-                             for a, m in zip(self.critic.actors, self._micro(exp, batch, self.critic), strict=True)]
+                             for a, m in zip(self.critic.actors,
+                                             self._micro(exp, batch, self.critic, cfg.critic_micro_train_batch_size),
+                                             strict=True)]
                     for key, value in _mean_of(ray.get(crefs)).items():
                         sums[key] = sums.get(key, 0.0) + value
-                for key, value in _mean_of(ray.get(refs)).items():
-                    sums[key] = sums.get(key, 0.0) + value
+                    sums["lr/critic"] = sums.get("lr/critic", 0.0) + clr
+                if refs:
+                    for key, value in _mean_of(ray.get(refs)).items():
+                        sums[key] = sums.get(key, 0.0) + value
                 steps += 1
                 self.opt_step += 1
-                sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def _init_weight_sync(self, use_gpus: bool) -> str:
@@ -369,9 +382,9 @@ class Trainer:
 
     def fit(self) -> None:
         cfg = self.cfg
-        self.metrics.plan(total_steps=cfg.num_episodes * self.sampler.batches_per_episode,
-                          start_step=self.step_no, algorithm=cfg.advantage_estimator)
-        while self.sampler.episode < self.cfg.num_episodes:
+        total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
+        self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator)
+        while self.sampler.episode < self.cfg.num_episodes and self.step_no < total:
             self.step()
         self.policy.run("save_hf", self.cfg.save_path)
         self.tokenizer.save_pretrained(self.cfg.save_path)

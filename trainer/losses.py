@@ -10,7 +10,8 @@ token-level loss); ``"sequence"`` is the mean over sequences of each sequence's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
@@ -99,6 +100,28 @@ def _reduce(x: torch.Tensor, mask: torch.Tensor, reduction: Reduction) -> torch.
     raise ValueError(f"unknown reduction {reduction!r}; expected 'token' or 'sequence'")
 
 
+def _surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped objective (to maximise) and where the ratio clip / the dual clip bind."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
+    objective = torch.min(unclipped, clipped)
+    ratio_bound = clipped < unclipped
+    dual_bound = torch.zeros_like(ratio_bound)
+    if dual_clip is not None:
+        floor = dual_clip * advantages
+        dual_bound = (advantages < 0) & (floor > objective)
+        objective = torch.where(dual_bound, floor, objective)
+    return objective, ratio_bound, dual_bound
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -106,20 +129,87 @@ def policy_loss(
     action_mask: torch.Tensor,
     eps_clip: float,
     reduction: Reduction = "token",
+    *,
+    eps_clip_high: float | None = None,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped surrogate. With ``ratio = exp(logp - old_logp)``::
 
-        loss_t = -min(ratio * A, clip(ratio, 1 - eps_clip, 1 + eps_clip) * A)
+        obj_t  = min(ratio * A, clip(ratio, 1 - eps_clip, 1 + eps_clip_high) * A)
+        obj_t  = max(obj_t, dual_clip * A)       where A < 0, with dual_clip (c > 1; Ye et al. 2019)
+        loss_t = -obj_t
 
-    reduced over valid tokens. Returns ``(loss, clip_frac)``; ``clip_frac`` is the fraction of valid
-    tokens where the clipped term is strictly the smaller one, i.e. where clipping removes the gradient.
+    reduced over valid tokens. ``eps_clip_high`` defaults to ``eps_clip`` (symmetric clip; the asymmetric
+    "clip-higher" form is ``--eps_clip_low_high``). Dual clip bounds the loss of a negative advantage
+    when the ratio is far above 1 (the ratio clip leaves that side unbounded). Returns
+    ``(loss, clip_frac)``; ``clip_frac`` is the fraction of valid tokens where the ratio clip is strictly
+    the smaller term, i.e. where clipping removes the gradient.
     """
-    ratio = torch.exp(logp - old_logp)
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1 - eps_clip, 1 + eps_clip) * advantages
-    loss = -torch.min(unclipped, clipped)
-    clip_frac = masked_mean((clipped < unclipped).to(loss.dtype), action_mask).detach()
-    return _reduce(loss, action_mask, reduction), clip_frac
+    high = eps_clip if eps_clip_high is None else eps_clip_high
+    objective, ratio_bound, _ = _surrogate(logp, old_logp, advantages, eps_clip, high, dual_clip)
+    clip_frac = masked_mean(ratio_bound.to(objective.dtype), action_mask).detach()
+    return _reduce(-objective, action_mask, reduction), clip_frac
+
+
+@dataclass(frozen=True)
+class PolicyObjective:
+    """What the policy's training loss is: the one description the trainer hands to every policy rank.
+
+    Built from a validated config by :meth:`from_config`, from the values ``--print-config`` shows
+    (``eps_clip_low`` / ``eps_clip_high`` / ``kl_loss_coef`` are derived there), so the printed config and
+    the computation cannot disagree.
+    """
+
+    eps_clip_low: float = 0.2
+    eps_clip_high: float = 0.2
+    dual_clip: float | None = None
+    kl_loss_coef: float = 0.0  # weight of the KL loss term; 0: the KL is not a loss (reward penalty or none)
+    kl_estimator: str = "k1"  # estimator of that loss term (--kl_estimator)
+    reduction: Reduction = "token"
+
+    def __post_init__(self) -> None:
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
+        if self.dual_clip is not None and not self.dual_clip > 1:
+            raise ValueError(f"dual_clip {self.dual_clip} must be > 1")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> PolicyObjective:
+        """The objective of a validated ``TrainerConfig``."""
+        return cls(eps_clip_low=cfg.eps_clip_low, eps_clip_high=cfg.eps_clip_high, dual_clip=cfg.dual_clip,
+                   kl_loss_coef=cfg.kl_loss_coef, kl_estimator=cfg.kl_estimator)  # fmt: skip
+
+
+def policy_objective(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    action_mask: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    objective: PolicyObjective,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy's loss for one micro-batch: the clipped surrogate plus ``kl_loss_coef * kl_loss``.
+
+    Returns ``(total, metrics)``; metrics ``loss/policy``, ``policy/clip_frac``, with a dual clip
+    ``policy/dual_clip_frac``, with a KL loss ``loss/kl`` (the unweighted estimate), all detached.
+    A KL loss without ``ref_logp`` is an error: silently training without it would disagree with the config.
+    """
+    o = objective
+    surrogate, ratio_bound, dual_bound = _surrogate(logp, old_logp, advantages, o.eps_clip_low, o.eps_clip_high,
+                                                    o.dual_clip)  # fmt: skip
+    loss = _reduce(-surrogate, action_mask, o.reduction)
+    metrics = {"loss/policy": loss.detach(),
+               "policy/clip_frac": masked_mean(ratio_bound.to(loss.dtype), action_mask).detach()}  # fmt: skip
+    if o.dual_clip is not None:
+        metrics["policy/dual_clip_frac"] = masked_mean(dual_bound.to(loss.dtype), action_mask).detach()
+    total = loss
+    if o.kl_loss_coef:
+        if ref_logp is None:
+            raise ValueError("the objective has a KL loss (kl_loss_coef > 0) but the batch has no reference log-probs")
+        kl = kl_loss(logp, ref_logp, action_mask, o.kl_estimator, o.reduction)
+        total = total + o.kl_loss_coef * kl
+        metrics["loss/kl"] = kl.detach()
+    return total, metrics
 
 
 def value_loss(
@@ -154,11 +244,13 @@ def kl_loss(
     logp: torch.Tensor,
     ref_logp: torch.Tensor,
     action_mask: torch.Tensor,
-    estimator: str = "k3",
+    estimator: str,
     reduction: Reduction = "token",
 ) -> torch.Tensor:
-    """KL penalty as a loss (``--use_kl_loss``): the reduced per-token KL estimate. The trainer adds
-    ``init_kl_coef * kl_loss`` to the policy loss and then puts no KL into the rewards."""
+    """KL penalty as a loss (``--use_kl_loss``): the reduced per-token KL estimate with ``estimator``
+    (``--kl_estimator``; no default, so that no caller can fall back to another estimator than the
+    config's). The trainer adds ``init_kl_coef * kl_loss`` to the policy loss and then puts no KL into
+    the rewards."""
     return _reduce(compute_kl(logp, ref_logp, action_mask, estimator), action_mask, reduction)
 
 

@@ -161,7 +161,7 @@ def test_gae_pipeline_without_whitening_matches_hand_values():
         values=torch.tensor([[0.5, 0.25]]),
         gamma=1.0,
         lambd=0.5,
-        whiten=False,
+        normalization="none",
     )
     # rewards [-.1, .8]; d1 = .8 - .25 = .55; d0 = -.1 + .25 - .5 = -.35; A0 = -.35 + .5 * .55
     close(advantages, [[-0.075, 0.55]])

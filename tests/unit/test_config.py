@@ -190,7 +190,73 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
         ["--vllm_num_engines 2 with --rollout_backend hf", "--vllm_enable_sleep with --rollout_backend hf"],
     ),
     "bad kl estimator": (["--kl_estimator k4"], (), ["--kl_estimator 'k4'", "one of k1, k2, k3"]),
+    # issue 16: clip and normalisation flags, and flags the configuration would not use
+    "clip pair LOW at 1": (["--eps_clip_low_high 1.0 0.3"], (), ["--eps_clip_low_high 1 0.3: LOW must be < 1"]),
+    "clip pair not positive": (["--eps_clip_low_high 0 0.3"], (), ["--eps_clip_low_high 0 0.3: each number must be > 0"]),
+    "clip and clip pair": (["--eps_clip 0.3", "--eps_clip_low_high 0.2 0.28"], (),
+                           ["--eps_clip 0.3 and --eps_clip_low_high 0.2 0.28 both given"]),
+    "eps_clip at 1": (["--eps_clip 1"], (), ["--eps_clip 1: must be > 0 and < 1"]),
+    "dual clip at 1": (["--dual_clip 1"], (), ["--dual_clip 1: must be > 1"]),
+    "reward clip reversed": (["--reward_clip_range 5 -5"], (), ["--reward_clip_range 5 -5: expected LOW < HIGH"]),
+    "std norm that normalises nothing": (["--advantage_estimator group_norm", "--no_advantage_std_norm"], (),
+                                         ["--no_advantage_std_norm has no effect", "group_norm does not whiten"]),
+    "std norm with rloo unwhitened": (["--rloo_whiten off", "--no_advantage_std_norm"], (),
+                                      ["--no_advantage_std_norm has no effect", "(--rloo_whiten off)"]),
+    "rloo switch with another estimator": (["--advantage_estimator reinforce", "--rloo_whiten off"], (),
+                                           ["--rloo_whiten off only applies to --advantage_estimator rloo"]),
+    "bad rloo switch": (["--rloo_whiten no"], (), ["--rloo_whiten 'no'", "one of on, off"]),
+    "critic flags with rloo": (["--critic_learning_rate 1e-5", "--lambd 0.95", "--save_value_network"], (),
+                               ["--critic_learning_rate 1e-05 is only used with --advantage_estimator gae (a critic); "
+                                "rloo has no critic (drop the flag)", "--lambd 0.95 is only used",
+                                "--save_value_network is only used"]),
+    "critic warm-up without a critic": (["--freezing_actor_steps 5"], (),
+                                        ["--freezing_actor_steps 5 warms up a critic", "rloo has none"]),
+    "critic micro-batch without a critic": (["--critic_micro_train_batch_size 2"], (),
+                                            ["--critic_micro_train_batch_size 2 is only used with"]),
+    "reference flags without a reference": (["--init_kl_coef 0", "--kl_estimator k3"], (),
+                                            ["--kl_estimator k3 is only used with a reference model (--init_kl_coef > 0)",
+                                             "--ref_num_nodes 2 is only used", "--init_kl_coef 0 creates none"]),
+    "hf checkpoint without checkpoints": ([], ("--save_steps",), ["--save_hf_ckpt is only used with --save_steps > 0"]),
+    "max_steps zero": (["--max_steps 0"], (), ["--max_steps 0: must be >= 1"]),
+    "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),
 }  # fmt: skip
+
+
+def test_issue16_flags_and_their_derived_values():
+    cfg = parse_args(with_flags("--eps_clip_low_high 0.2 0.28", "--dual_clip 3", "--use_kl_loss",
+                                "--kl_estimator k2", "--rloo_whiten off", "--reward_clip_range -3 3"))
+    assert (cfg.eps_clip_low, cfg.eps_clip_high, cfg.dual_clip) == (0.2, 0.28, 3.0)
+    assert (cfg.kl_loss_coef, cfg.kl_penalty_coef, cfg.advantage_norm) == (0.02, 0.0, "none")
+    assert cfg.reward_clip_range == (-3.0, 3.0)
+    seed = parse_args(SEED)
+    assert (seed.eps_clip_low, seed.eps_clip_high) == (0.2, 0.2)
+    assert (seed.kl_loss_coef, seed.kl_penalty_coef, seed.advantage_norm) == (0.0, 0.02, "whiten")
+    assert seed.reward_clip_range == (-10.0, 10.0) and seed.rloo_whiten == "on"  # the seed's RLOO: whitened
+    assert parse_args(with_flags("--no_advantage_std_norm")).advantage_norm == "center"
+    assert parse_args(with_flags("--init_kl_coef 0", drop=("--ref_num_nodes", "--ref_num_gpus_per_node"))
+                      ).kl_penalty_coef == 0.0
+
+
+def test_max_steps_caps_the_run_and_its_schedules():
+    cfg = parse_args(with_flags("--max_steps 5"))
+    assert cfg.max_train_steps == 5 * 16  # 5 rollouts of 16 optimizer steps
+    assert cfg.total_rollouts(num_prompts=1000) == 5 and cfg.total_train_steps(num_prompts=1000) == 80
+    assert cfg.total_rollouts(num_prompts=300) == 5  # 30 episodes of 1 rollout each, capped at 5
+    assert parse_args(with_flags("--max_steps 500")).total_rollouts(num_prompts=300) == 30  # the data ends first
+
+
+def test_critic_sizes_default_to_the_actors_and_set_the_critics_accumulation():
+    base = with_flags("--advantage_estimator gae", drop=("--colocate_all_models", "--vllm_enable_sleep"))
+    cfg = parse_args(base)
+    assert (cfg.critic_micro_train_batch_size, cfg.critic_lr_warmup_ratio) == (2, 0.03)
+    assert cfg.critic_grad_accum_steps == 128 // (2 * 8)
+    cfg = parse_args([*base, "--critic_micro_train_batch_size", "1", "--critic_lr_warmup_ratio", "0.015",
+                      "--freezing_actor_steps", "3"])
+    assert (cfg.critic_grad_accum_steps, cfg.critic_lr_warmup_ratio, cfg.freezing_actor_steps) == (16, 0.015, 3)
+    problems = problems_of([*base, "--critic_micro_train_batch_size", "3", "--max_steps", "2",
+                            "--freezing_actor_steps", "2"])
+    assert any("--critic_micro_train_batch_size 3 * critic world size 8" in p for p in problems)
+    assert any("--freezing_actor_steps 2 >= --max_steps 2: the policy would never be trained" in p for p in problems)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
@@ -237,9 +303,9 @@ def test_unknown_flag_exits_2_with_suggestion():
 
 def test_unsupported_openrlhf_flag_is_an_error_not_ignored(capsys):
     with pytest.raises(SystemExit) as info:
-        parse_args([*SEED, "--use_dynamic_batch"])
+        parse_args([*SEED, "--async_train"])
     assert info.value.code == 2
-    assert "--use_dynamic_batch: OpenRLHF flag not supported here" in capsys.readouterr().err
+    assert "--async_train: OpenRLHF flag not supported here: only synchronous training" in capsys.readouterr().err
 
 
 def test_flag_abbreviations_are_not_accepted(capsys):
@@ -250,10 +316,10 @@ def test_flag_abbreviations_are_not_accepted(capsys):
 
 def test_comma_separated_reward_urls_and_optional_values():
     cfg = parse_args(
-        with_flags("--remote_rm_url http://a:1/r,http://b:2/r", "--value_clip none", "--use_tensorboard")
+        with_flags("--remote_rm_url http://a:1/r,http://b:2/r", "--dual_clip none", "--use_tensorboard")
     )
     assert cfg.remote_rm_url == ("http://a:1/r", "http://b:2/r")
-    assert cfg.value_clip is None
+    assert cfg.dual_clip is None
     assert cfg.use_tensorboard == os.path.join("./ckpts/m", "tensorboard")
 
 

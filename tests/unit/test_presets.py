@@ -71,14 +71,18 @@ def test_placeholders_expand_to_workdir_and_the_inventorys_reward_services():
 
 def test_set_overrides_are_typed_and_reported_as_differences():
     preset = P.load_preset("32b-rloo", P.preset_dirs())
-    sets = P.parse_sets(["train_batch_size=256", "actor_learning_rate=1e-6", "bf16=false", "value_clip=none",
-                         "zero_stage=3"])
-    assert sets == {"train_batch_size": 256, "actor_learning_rate": 1e-6, "bf16": False, "value_clip": None,
-                    "zero_stage": 3}
+    sets = P.parse_sets(["train_batch_size=256", "actor_learning_rate=1e-6", "bf16=false", "dual_clip=none",
+                         "zero_stage=3", "reward_clip_range=-5,5"])
+    assert sets == {"train_batch_size": 256, "actor_learning_rate": 1e-6, "bf16": False, "dual_clip": None,
+                    "zero_stage": 3, "reward_clip_range": (-5.0, 5.0)}
     cfg = P.build_config(preset, sets, CONTEXT)
     assert (cfg.train_batch_size, cfg.bf16, cfg.train_steps_per_rollout) == (256, False, 8)
+    assert cfg.reward_clip_range == (-5.0, 5.0)
     assert P.differences(preset, sets) == [("train_batch_size", 128, 256), ("actor_learning_rate", 5e-7, 1e-6),
-                                           ("bf16", True, False), ("value_clip", 0.5, None)]
+                                           ("bf16", True, False), ("reward_clip_range", (-10.0, 10.0), (-5.0, 5.0))]
+    args = P.flag_args(cfg)
+    assert args[args.index("--reward_clip_range"):][:3] == ["--reward_clip_range", "-5.0", "5.0"]
+    assert P.config_from_argv(args) == cfg  # the command line reads back as the same job
 
 
 def test_user_presets_come_from_the_env_and_the_option_and_shadow_built_ins(tmp_path, monkeypatch):
@@ -135,7 +139,10 @@ BAD_SETS = [
     (["actor_learning_rate=fast"], r"--set actor_learning_rate=fast: expected a number"),
 ]
 BAD_JOBS = [
-    (["advantage_estimator=ppo"], r"--advantage_estimator 'ppo': expected one of gae, rloo, reinforce_baseline"),
+    (["advantage_estimator=ppo"], r"--advantage_estimator 'ppo': expected one of gae, reinforce, rloo, "
+                                  r"reinforce_baseline, group_norm, dr_grpo"),
+    (["value_clip=none"], r"--value_clip None is only used with --advantage_estimator gae \(a critic\); rloo has "
+                          r"no critic \(drop the flag\)"),
     (["train_batch_size=100"], r"256 \* --n_samples_per_prompt 8 = 2048 samples per rollout must be divisible by "
                                r"--train_batch_size 100 \(2048 % 100 = 48\)"),
     (["micro_train_batch_size=3"], r"--train_batch_size 128 must be divisible by --micro_train_batch_size 3 \* "
@@ -219,3 +226,33 @@ def test_reward_placeholder_without_reward_servers_says_what_to_do():
         build("tiny-rloo", context={"workdir": "/w", "reward_url": ""})
     cfg = build("tiny-rloo", "remote_rm_url=", "reward_fn=math_verify", context={"workdir": "/w"})
     assert cfg.reward_fn == "math_verify" and cfg.remote_rm_url == ()
+
+
+def test_preset_7b_ppo_carries_seed_000s_numbers():
+    from tests.unit.test_openrlhf_flags import SEED_000
+
+    cfg = P.build_config(P.load_preset("7b-ppo", P.preset_dirs()), {}, {"workdir": "/w", "reward_url": "http://r/x"})
+    verl = {k.lstrip("+"): v for k, _, v in (arg.partition("=") for arg in SEED_000)}
+    gpus = int(verl["trainer.n_gpus_per_node"]) * 2  # N_NODES=2
+    assert (cfg.actor_world_size, cfg.critic_world_size) == (gpus, gpus)
+    # run length: verl's total_training_steps counts rollout steps, as --max_steps does
+    assert cfg.max_steps == int(verl["trainer.total_training_steps"]) == 1005
+    assert cfg.num_episodes == int(verl["trainer.total_epochs"])
+    assert cfg.max_train_steps == 1005 * cfg.train_steps_per_rollout == 2010
+    # batches (verl's are global)
+    assert cfg.rollout_batch_size == int(verl["data.train_batch_size"])
+    assert cfg.train_batch_size == int(verl["actor_rollout_ref.actor.ppo_mini_batch_size"])
+    assert cfg.micro_train_batch_size == int(verl["actor_rollout_ref.actor.ppo_micro_batch_size"]) // gpus
+    assert cfg.critic_micro_train_batch_size == int(verl["critic.ppo_micro_batch_size"]) // gpus == 1
+    assert cfg.critic_grad_accum_steps == 256 // (1 * 16)
+    # the critic's schedule: its own LR and warm-up, no critic-only steps first
+    assert cfg.critic_learning_rate == float(verl["critic.optim.lr"])
+    assert cfg.critic_lr_warmup_ratio == float(verl["critic.optim.lr_warmup_steps_ratio"])
+    assert cfg.lr_warmup_ratio == float(verl["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"])
+    assert cfg.lr_scheduler == "constant_with_warmup"  # verl: constant after the warm-up
+    assert max(cfg.freezing_actor_steps, 0) == int(verl["trainer.critic_warmup"])
+    assert cfg.actor_learning_rate == float(verl["actor_rollout_ref.actor.optim.lr"])
+    assert cfg.init_kl_coef == float(verl["algorithm.kl_ctrl.kl_coef"])
+    assert (cfg.prompt_max_len, cfg.generate_max_len) == (int(verl["data.max_prompt_length"]),
+                                                          int(verl["data.max_response_length"]))
+    assert cfg.save_steps == int(verl["trainer.save_freq"])

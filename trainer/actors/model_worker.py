@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from trainer.actors.group import DistributedWorker
-from trainer.losses import log_probs_from_logits, masked_mean, policy_loss
+from trainer.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
 from trainer.packing import pack, unpack
 
 
@@ -127,31 +127,26 @@ class ModelWorker(DistributedWorker):
         """logprobs() of a micro-batch dict (as Experience.rows gives it)."""
         return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
 
-    def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], eps_clip: float = 0.2,
-                     kl_coef: float = 0.0, lr: float | None = None) -> dict[str, float]:
-        """One optimizer step over this rank's micro-batches (PPO clipped loss, optional KL loss), at
-        learning rate `lr` when given (the trainer's schedule)."""
-        from trainer.losses import kl_loss
-
+    def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
+                     lr: float | None = None) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches with the trainer's `objective` (clipped
+        surrogate, optional KL loss with the configured estimator: trainer.losses.policy_objective), at
+        learning rate `lr` when given (the trainer's schedule). Metrics: the micro-batches' mean."""
         if lr is not None:
             self.set_learning_rate(lr)
         self.engine.train()
         # tokens/forward_slots: token slots a micro-batch's forward computes (padded B x L, or packed rows)
-        totals = {"loss/policy": 0.0, "policy/clip_frac": 0.0, "loss/kl": 0.0, "tokens/forward_slots": 0.0}
+        totals: dict[str, float] = {"tokens/forward_slots": 0.0}
         for mb in micro_batches:
             mb = self._to_device(mb)
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
-            loss, clip_frac = policy_loss(logp, mb["old_logprobs"], mb["advantages"], mask, eps_clip)
-            total = loss
-            if kl_coef and "ref_logprobs" in mb:
-                kl = kl_loss(logp, mb["ref_logprobs"], mask)
-                total = total + kl_coef * kl
-                totals["loss/kl"] += kl.item() / len(micro_batches)
+            total, metrics = policy_objective(logp, mb["old_logprobs"], mb["advantages"], mask,
+                                              mb.get("ref_logprobs"), objective)
             self.engine.backward(total)
             self.engine.step()
-            totals["loss/policy"] += loss.item() / len(micro_batches)
-            totals["policy/clip_frac"] += clip_frac.item() / len(micro_batches)
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value.item() / len(micro_batches)
             totals["tokens/forward_slots"] += self.forward_slots / len(micro_batches)
         return totals
 

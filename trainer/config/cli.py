@@ -1,13 +1,16 @@
 """Command-line parsing of :class:`trainer.config.TrainerConfig`, built from its fields.
 
-Every flag field becomes ``--<name>`` (booleans are store_true switches, as in OpenRLHF); types,
-defaults, help and groups come from the field, so the flag list exists only in ``trainer.config.schema``.
-Choices and bounds are *not* enforced by argparse but by ``TrainerConfig`` validation, so that all
-problems of a command line are reported together.
+Every flag field becomes ``--<name>`` (booleans are store_true switches, as in OpenRLHF; two-number
+flags take ``LOW HIGH``); types, defaults, help and groups come from the field, so the flag list exists
+only in ``trainer.config.schema``. Choices and bounds are *not* enforced by argparse but by
+``TrainerConfig`` validation, so that all problems of a command line are reported together.
 
-An unknown flag is a usage error (exit 2) naming the flag and the closest known one. OpenRLHF flags
-that this trainer deliberately does not implement get a specific message instead, so they are never
-silently ignored.
+OpenRLHF's flags come from the table in ``trainer.config.openrlhf``: a flag that works differently here
+has the difference in its ``--help``; a refused flag is parsed the way OpenRLHF parses it (so its value
+is not mistaken for a stray argument) and stops the parse with its reason, unless its value means what
+this trainer does anyway (``--ring_attn_size 1``). A verl ``key=value`` override gets the flag that
+carries its meaning (``trainer.config.verl``). Any other unknown flag is a usage error (exit 2) naming
+the closest known one.
 """
 
 from __future__ import annotations
@@ -19,42 +22,19 @@ from typing import Any
 
 from trainer.config.errors import unknown_name_problem
 from trainer.config.fields import FlagSpec, flag_specs, split_list
+from trainer.config.openrlhf import FLAGS as OPENRLHF_FLAGS
+from trainer.config.openrlhf import refusal
 from trainer.config.schema import TrainerConfig
+from trainer.config.verl import override_hint
 
-# OpenRLHF train_ppo_ray flags that are not implemented here, with what to do instead.
-UNSUPPORTED_OPENRLHF_FLAGS: dict[str, str] = {
-    "reward_pretrain": "reward models run as a remote service: use --remote_rm_url, or --reward_fn",
-    "reward_num_nodes": "reward models run as a remote service (--remote_rm_url)",
-    "reward_num_gpus_per_node": "reward models run as a remote service (--remote_rm_url)",
-    "colocate_actor_ref": "only --colocate_all_models is supported",
-    "colocate_critic_reward": "only --colocate_all_models is supported",
-    "ref_reward_offload": "not implemented",
-    "vllm_sync_with_ray": "weights are synced with --vllm_sync_backend nccl|gloo",
-    "async_train": "only synchronous training is implemented",
-    "use_dynamic_batch": "dynamic batching is not implemented",
-    "ring_attn_size": "ring attention is not implemented",
-    "ds_tensor_parallel_size": "DeepSpeed tensor parallelism is not implemented",
-    "lora_rank": "LoRA is not implemented",
-    "load_in_4bit": "quantised training is not implemented",
-    "pretrain_data": "PPO-ptx is not implemented",
-    "ptx_coef": "PPO-ptx is not implemented",
-    "kl_target": "only a fixed KL coefficient (--init_kl_coef) is implemented",
-    "enable_ema": "EMA weights are not implemented",
-    "eval_dataset": "evaluation during training is not implemented",
-    "eval_steps": "evaluation during training is not implemented",
-    "save_value_network": "the critic is not saved",
-    "freezing_actor_steps": "not implemented",
-    "dynamic_filtering": "not implemented",
-    "reward_clip_range": "not implemented",
-    "max_len": "deprecated in OpenRLHF: use --prompt_max_len and --generate_max_len",
-    "agent_func_path": "agent rollouts are not implemented",
-    "local_rank": "ranks are assigned by Ray, not by a launcher",
-}
+_REFUSED_DEST = "openrlhf_refused__"
 
 _METAVARS = {int: "N", float: "X", str: "STR"}
 _HELP_EPILOG = (
-    "Flags follow OpenRLHF's openrlhf.cli.train_ppo_ray. Validation checks the whole configuration "
-    "and reports every problem at once; paths are not checked here (the job checks them at start-up)."
+    "Flags follow OpenRLHF's openrlhf.cli.train_ppo_ray; trainer/config/openrlhf.py (python -m "
+    "trainer.config.openrlhf) lists every OpenRLHF flag: supported, supported with a difference (shown "
+    "in the help above) or refused with the reason. Validation checks the whole configuration and reports "
+    "every problem at once; paths are not checked here (the job checks them at start-up)."
 )
 
 
@@ -62,7 +42,7 @@ def _converter(spec: FlagSpec) -> Callable[[str], Any]:
     """argparse ``type=`` for a flag: base type, 'none' for optional flags, comma lists."""
 
     def convert(text: str) -> Any:
-        if spec.optional and text.strip().lower() == "none":
+        if spec.optional and text.strip().lower() == "none" and not spec.is_pair:
             return None
         if spec.is_list:
             return split_list(text)
@@ -89,7 +69,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         kwargs: dict[str, Any] = {
             "dest": spec.name,
             "default": spec.default,
-            "help": meta.help.replace("%", "%%"),
+            "help": _help(spec).replace("%", "%%"),
         }
         if spec.base is bool:
             group.add_argument(spec.cli, action="store_true", **kwargs)
@@ -99,15 +79,53 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
             kwargs["metavar"] = "{" + ",".join(str(c) for c in spec.choices) + "}"
         else:
             kwargs["metavar"] = meta.metavar or _METAVARS[spec.base]
+        if spec.is_pair:
+            kwargs["nargs"] = 2
         if meta.const is not None:
             kwargs.update(nargs="?", const=meta.const)
         group.add_argument(spec.cli, **kwargs)
+    _add_refused_openrlhf_flags(parser)
     return parser
 
 
+def _help(spec: FlagSpec) -> str:
+    row = OPENRLHF_FLAGS.get(spec.name)
+    if row is not None and row.status == "differs":
+        return f"{spec.meta.help} OpenRLHF difference: {row.note}."
+    return spec.meta.help
+
+
+def _add_refused_openrlhf_flags(parser: argparse.ArgumentParser) -> None:
+    """OpenRLHF's refused flags, parsed as OpenRLHF parses them and hidden from --help (the table lists them)."""
+    for row in OPENRLHF_FLAGS.values():
+        if row.status != "refused":
+            continue
+        kwargs: dict[str, Any] = {"dest": _REFUSED_DEST + row.name, "default": argparse.SUPPRESS,
+                                  "help": argparse.SUPPRESS}  # fmt: skip
+        if row.nargs == 0:
+            parser.add_argument(f"--{row.name}", action="store_true", **kwargs)
+        else:
+            parser.add_argument(f"--{row.name}", nargs=None if row.nargs == 1 else row.nargs, **kwargs)
+
+
+def refused_flag_problems(namespace: argparse.Namespace) -> list[str]:
+    """One message per refused OpenRLHF flag given (with a value that is not its 'off' value); the
+    flags' entries are removed from ``namespace``."""
+    problems = []
+    for dest in [d for d in vars(namespace) if d.startswith(_REFUSED_DEST)]:
+        value = getattr(namespace, dest)
+        delattr(namespace, dest)
+        name = dest[len(_REFUSED_DEST):]
+        why = refusal(name, value if isinstance(value, str) else None)
+        if why:
+            problems.append(why)
+    return problems
+
+
 def known_flags(parser: argparse.ArgumentParser) -> list[str]:
-    """Every option string the parser accepts (``--help`` included)."""
-    return sorted(s for action in parser._actions for s in action.option_strings)
+    """Every option string the parser accepts (``--help`` included, refused OpenRLHF flags not)."""
+    return sorted(s for action in parser._actions if not action.dest.startswith(_REFUSED_DEST)
+                  for s in action.option_strings)  # fmt: skip
 
 
 def unknown_arguments_problems(extras: Sequence[str], known: list[str]) -> list[str]:
@@ -116,20 +134,33 @@ def unknown_arguments_problems(extras: Sequence[str], known: list[str]) -> list[
     after_flag = False
     for arg in extras:
         if arg.startswith("-") and arg not in ("-", "--"):
-            name = arg.split("=", 1)[0]
-            bare = name.lstrip("-")
-            if bare in UNSUPPORTED_OPENRLHF_FLAGS:
-                problems.append(
-                    f"{name}: OpenRLHF flag not supported here ({UNSUPPORTED_OPENRLHF_FLAGS[bare]})"
-                )
-            else:
-                problems.append(unknown_name_problem(bare, [k.lstrip("-") for k in known], prefix="--"))
+            bare = arg.split("=", 1)[0].lstrip("-")
+            problems.append(unknown_name_problem(bare, [k.lstrip("-") for k in known], prefix="--"))
             after_flag = "=" not in arg
+        elif hint := override_hint(arg):
+            problems.append(hint)
+            after_flag = False
         elif not after_flag:  # a value right after an unknown flag is that flag's value: reported already
             problems.append(f"unexpected argument {arg!r}: all options are --flags")
         else:
             after_flag = False
     return problems
+
+
+def read_argv(
+    argv: Sequence[str], parser: argparse.ArgumentParser
+) -> tuple[dict[str, Any], argparse.Namespace, list[str]]:
+    """``(flag values, other options, problems)`` of a command line: the problems are refused OpenRLHF
+    flags, verl overrides, unknown flags and stray arguments (value problems are TrainerConfig's)."""
+    namespace, extras = parser.parse_known_args(list(argv))
+    problems = refused_flag_problems(namespace) + unknown_arguments_problems(extras, known_flags(parser))
+    values = {spec.name: getattr(namespace, spec.name) for spec in flag_specs(TrainerConfig)}
+    for name in values:
+        delattr(namespace, name)
+    for name, value in values.items():  # argparse gives a two-number flag as a list
+        if isinstance(value, list):
+            values[name] = tuple(value)
+    return values, namespace, problems
 
 
 def parse_known(
@@ -142,13 +173,9 @@ def parse_known(
     :class:`trainer.config.ConfigError` listing every problem.
     """
     parser = parser or build_parser()
-    namespace, extras = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    problems = unknown_arguments_problems(extras, known_flags(parser))
+    values, namespace, problems = read_argv(sys.argv[1:] if argv is None else argv, parser)
     if problems:
         parser.error("\n".join(["unrecognised arguments:", *(f"  - {p}" for p in problems)]))
-    values = {spec.name: getattr(namespace, spec.name) for spec in flag_specs(TrainerConfig)}
-    for name in values:
-        delattr(namespace, name)
     return TrainerConfig(**values), namespace
 
 

@@ -20,19 +20,24 @@ class Estimator:
     group_baseline: bool  # baseline from the other samples of the same prompt: needs n_samples_per_prompt > 1
     batch_whiten: bool  # token advantages whitened over the rollout batch (mean 0, std 1)
     any_gamma: bool  # --gamma may differ from 1 (OpenRLHF resets it to 1 for the group estimators)
+    whiten_switch: bool = False  # --rloo_whiten chooses batch_whiten (OpenRLHF changed it for rloo in v0.8.5)
 
 
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
-        Estimator("gae", "PPO with a critic (GAE)", critic=True, group_baseline=False, batch_whiten=True,
-                  any_gamma=True),
-        Estimator("rloo", "REINFORCE leave-one-out", critic=False, group_baseline=True, batch_whiten=True,
-                  any_gamma=False),
-        Estimator("reinforce_baseline", "REINFORCE++ with the group mean as baseline", critic=False,
-                  group_baseline=True, batch_whiten=True, any_gamma=False),
-        Estimator("group_norm", "GRPO: group mean / std", critic=False, group_baseline=True,
-                  batch_whiten=False, any_gamma=False),
+        Estimator("gae", "PPO with a critic: GAE advantages, whitened", critic=True, group_baseline=False,
+                  batch_whiten=True, any_gamma=True),
+        Estimator("reinforce", "REINFORCE++: the score, whitened over the batch (no per-prompt baseline)",
+                  critic=False, group_baseline=False, batch_whiten=True, any_gamma=True),
+        Estimator("rloo", "REINFORCE leave-one-out: score - mean of the prompt's other samples, whitened",
+                  critic=False, group_baseline=True, batch_whiten=True, any_gamma=False, whiten_switch=True),
+        Estimator("reinforce_baseline", "REINFORCE++-baseline: score - the prompt's mean, whitened",
+                  critic=False, group_baseline=True, batch_whiten=True, any_gamma=False),
+        Estimator("group_norm", "GRPO: (score - the prompt's mean) / the prompt's std", critic=False,
+                  group_baseline=True, batch_whiten=False, any_gamma=False),
+        Estimator("dr_grpo", "Dr. GRPO: score - the prompt's mean, no std division, not whitened",
+                  critic=False, group_baseline=True, batch_whiten=False, any_gamma=False),
     )
 }  # fmt: skip
 

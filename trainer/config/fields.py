@@ -2,7 +2,8 @@
 
 A config dataclass declares each flag once, with :func:`flag` (default, help, bounds, help group);
 choices come from ``Literal[...]`` annotations, optionality from ``X | None``, comma-separated lists
-from ``tuple[str, ...]``. Values that are computed from the flags are declared with :func:`derived`.
+from ``tuple[str, ...]``, two-number flags (``--flag LOW HIGH``, as OpenRLHF's ``nargs=2``) from
+``tuple[float, float]``. Values that are computed from the flags are declared with :func:`derived`.
 :func:`flag_specs` turns the fields into :class:`FlagSpec` records that both the argparse builder
 (``trainer.config.cli``) and the per-field validation (:func:`check_field`) read, so no flag is
 written down twice.
@@ -35,8 +36,9 @@ class FlagMeta:
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
+    lt: float | None = None
     const: str | None = None  # value of a bare ``--flag`` for ``X | None`` flags that take an optional value
-    metavar: str | None = None
+    metavar: str | tuple[str, ...] | None = None
 
 
 def flag(
@@ -47,19 +49,20 @@ def flag(
     ge: float | None = None,
     gt: float | None = None,
     le: float | None = None,
+    lt: float | None = None,
     const: str | None = None,
-    metavar: str | None = None,
+    metavar: str | tuple[str, ...] | None = None,
 ) -> Any:
     """Declare a config field that is also the command-line flag ``--<field name>``.
 
-    ``ge``/``gt``/``le`` are inclusive/exclusive bounds checked by :func:`check_field`; ``const`` makes
-    the flag's value optional on the command line (a bare ``--flag`` stores ``const``).
+    ``ge``/``gt``/``le``/``lt`` are bounds checked by :func:`check_field` (each number of a pair); ``const``
+    makes the flag's value optional on the command line (a bare ``--flag`` stores ``const``).
     """
-    meta = FlagMeta(help=help, group=group, ge=ge, gt=gt, le=le, const=const, metavar=metavar)
+    meta = FlagMeta(help=help, group=group, ge=ge, gt=gt, le=le, lt=lt, const=const, metavar=metavar)
     return field(default=default, metadata={FLAG_KEY: meta})
 
 
-def derived(default: int | bool, help: str) -> Any:
+def derived(default: int | float | bool | str, help: str) -> Any:
     """Declare a value computed during validation (not a flag; not accepted by ``__init__``)."""
     return field(default=default, init=False, metadata={DERIVED_KEY: help})
 
@@ -75,6 +78,7 @@ class FlagSpec:
     choices: tuple[Any, ...] | None  # from ``Literal[...]``
     default: Any
     meta: FlagMeta
+    is_pair: bool = False  # annotation is ``tuple[float, float]``: two numbers on the command line
 
     @property
     def cli(self) -> str:
@@ -87,6 +91,8 @@ class FlagSpec:
             what = "one of " + ", ".join(str(c) for c in self.choices)
         elif self.is_list:
             what = "a comma-separated list of strings"
+        elif self.is_pair:
+            what = "two numbers (LOW HIGH)"
         else:
             what = {bool: "a boolean switch", int: "an integer", float: "a number", str: "a string"}[
                 self.base
@@ -94,7 +100,7 @@ class FlagSpec:
         return what + (" (or None)" if self.optional else "")
 
 
-def _resolve(name: str, annotation: Any) -> tuple[type, bool, bool, tuple[Any, ...] | None]:
+def _resolve(name: str, annotation: Any) -> tuple[type, bool, bool, tuple[Any, ...] | None, bool]:
     optional = False
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
@@ -110,13 +116,16 @@ def _resolve(name: str, annotation: Any) -> tuple[type, bool, bool, tuple[Any, .
         bases = {type(c) for c in choices}
         if len(bases) != 1 or not bases <= {int, str}:
             raise TypeError(f"flag field {name!r}: Literal choices must all be int or all be str")
-        return bases.pop(), optional, False, choices
+        return bases.pop(), optional, False, choices, False
     if origin is tuple:
-        if typing.get_args(annotation) != (str, Ellipsis):
-            raise TypeError(f"flag field {name!r}: only tuple[str, ...] list flags are supported")
-        return str, optional, True, None
+        args = typing.get_args(annotation)
+        if args == (float, float):
+            return float, optional, False, None, True
+        if args != (str, Ellipsis):
+            raise TypeError(f"flag field {name!r}: only tuple[str, ...] and tuple[float, float] are supported")
+        return str, optional, True, None, False
     if annotation in (bool, int, float, str):
-        return annotation, optional, False, None
+        return annotation, optional, False, None, False
     raise TypeError(f"flag field {name!r}: unsupported annotation {annotation!r}")
 
 
@@ -129,12 +138,12 @@ def flag_specs(cls: type) -> tuple[FlagSpec, ...]:
         meta = f.metadata.get(FLAG_KEY)
         if meta is None:
             continue
-        base, optional, is_list, choices = _resolve(f.name, hints[f.name])
+        base, optional, is_list, choices, is_pair = _resolve(f.name, hints[f.name])
         if base is bool and (f.default is not False or optional):
             raise TypeError(
                 f"flag field {f.name!r}: boolean flags are store_true switches defaulting to False"
             )
-        specs.append(FlagSpec(f.name, base, optional, is_list, choices, f.default, meta))
+        specs.append(FlagSpec(f.name, base, optional, is_list, choices, f.default, meta, is_pair))
     return tuple(specs)
 
 
@@ -156,6 +165,14 @@ def _coerce(spec: FlagSpec, value: Any) -> Any:
             return split_list(value)
         if isinstance(value, Sequence):
             return tuple(value)
+    if spec.is_pair and value is not None:
+        parts = value.replace(",", " ").split() if isinstance(value, str) else value
+        if isinstance(parts, Sequence) and len(parts) == 2:
+            try:
+                return tuple(float(p) if not isinstance(p, bool) else p for p in parts)
+            except (TypeError, ValueError):
+                return value
+        return value
     if spec.base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
@@ -166,6 +183,8 @@ def _type_ok(spec: FlagSpec, value: Any) -> bool:
         return spec.optional
     if spec.is_list:
         return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    if spec.is_pair:
+        return isinstance(value, tuple) and len(value) == 2 and all(type(v) is float for v in value)
     if spec.base is bool:
         return isinstance(value, bool)
     if spec.base is int:
@@ -181,6 +200,8 @@ def _bounds_text(meta: FlagMeta) -> str:
         parts.append(f"> {meta.gt:g}")
     if meta.le is not None:
         parts.append(f"<= {meta.le:g}")
+    if meta.lt is not None:
+        parts.append(f"< {meta.lt:g}")
     return " and ".join(parts)
 
 
@@ -198,12 +219,15 @@ def check_field(spec: FlagSpec, value: Any) -> tuple[Any, str | None]:
     if spec.choices is not None and value not in spec.choices:
         return value, f"{spec.cli} {value!r}: expected one of {', '.join(str(c) for c in spec.choices)}"
     meta = spec.meta
-    if isinstance(value, int | float):
-        out_of_bounds = (
-            (meta.ge is not None and not value >= meta.ge)
-            or (meta.gt is not None and not value > meta.gt)
-            or (meta.le is not None and not value <= meta.le)
-        )
-        if out_of_bounds:
-            return value, f"{spec.cli} {value:g}: must be {_bounds_text(meta)}"
+    for number in value if spec.is_pair else (value,):
+        if isinstance(number, int | float):
+            out_of_bounds = (
+                (meta.ge is not None and not number >= meta.ge)
+                or (meta.gt is not None and not number > meta.gt)
+                or (meta.le is not None and not number <= meta.le)
+                or (meta.lt is not None and not number < meta.lt)
+            )
+            if out_of_bounds:
+                shown = " ".join(f"{v:g}" for v in value) if spec.is_pair else f"{value:g}"
+                return value, f"{spec.cli} {shown}: {'each number ' if spec.is_pair else ''}must be {_bounds_text(meta)}"
     return value, None

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from trainer.config.estimators import ESTIMATORS, estimator
+from trainer.config.fields import flag_specs
 
 # A TrainerConfig under validation: the rules read its flag attributes only.
 Config = Any
@@ -48,8 +49,23 @@ def has_ref(c: Config) -> bool:
     return c.init_kl_coef > 0
 
 
+def advantage_norm(c: Config) -> str:
+    """How the token advantages are normalised over the batch: the estimator's choice (the table), rloo's
+    switch (--rloo_whiten) and --no_advantage_std_norm, decided here only."""
+    e = estimator(c.advantage_estimator)
+    whitened = c.rloo_whiten == "on" if e.whiten_switch else e.batch_whiten
+    if not whitened:
+        return "none"
+    return "center" if c.no_advantage_std_norm else "whiten"
+
+
+def _names(predicate: Callable[[Any], bool]) -> str:
+    """The estimators the table marks with ``predicate``, for messages ("gae / reinforce")."""
+    return " / ".join(name for name, e in ESTIMATORS.items() if predicate(e))
+
+
 def _critic_estimators() -> str:
-    return " / ".join(name for name, e in ESTIMATORS.items() if e.critic)
+    return _names(lambda e: e.critic)
 
 
 def resolve_auto_values(c: Config, bad: set[str]) -> dict[str, Any]:
@@ -57,8 +73,13 @@ def resolve_auto_values(c: Config, bad: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if c.vllm_num_engines is None and "rollout_backend" not in bad:
         out["vllm_num_engines"] = 1 if c.rollout_backend == "vllm" else 0
-    if c.critic_pretrain is None and "advantage_estimator" not in bad and has_critic(c) and c.pretrain:
+    critic = "advantage_estimator" not in bad and has_critic(c)
+    if c.critic_pretrain is None and critic and c.pretrain:
         out["critic_pretrain"] = c.pretrain
+    if c.critic_micro_train_batch_size is None and critic:
+        out["critic_micro_train_batch_size"] = c.micro_train_batch_size
+    if c.critic_lr_warmup_ratio is None and critic:
+        out["critic_lr_warmup_ratio"] = c.lr_warmup_ratio
     if c.use_tensorboard == TENSORBOARD_AUTO:
         out["use_tensorboard"] = os.path.join(c.save_path, "tensorboard")
     return out
@@ -95,6 +116,8 @@ def derive(c: Config) -> dict[str, Any]:
     samples = c.rollout_batch_size * c.n_samples_per_prompt
     steps_per_rollout = samples // c.train_batch_size * c.max_epochs
     rollouts = c.max_samples // c.rollout_batch_size
+    run_rollouts = c.num_episodes * rollouts if c.max_steps is None else min(c.max_steps, c.num_episodes * rollouts)
+    low, high = c.eps_clip_low_high or (c.eps_clip, c.eps_clip)
     return {
         "rollout_samples": samples,
         "actor_world_size": actor,
@@ -103,15 +126,22 @@ def derive(c: Config) -> dict[str, Any]:
         "vllm_total_gpus": vllm,
         "gpus_required": actor if c.colocate_all_models else actor + ref + critic + vllm,
         "grad_accum_steps": c.train_batch_size // (c.micro_train_batch_size * actor),
-        "critic_grad_accum_steps": c.train_batch_size // (c.micro_train_batch_size * critic) if critic else 0,
+        "critic_grad_accum_steps": (
+            c.train_batch_size // (c.critic_micro_train_batch_size * critic) if critic else 0
+        ),
         "micro_rollout_batches": samples // c.micro_rollout_batch_size,
         "train_steps_per_rollout": steps_per_rollout,
         "max_rollouts_per_episode": rollouts,
         "max_train_steps_per_episode": rollouts * steps_per_rollout,
-        "max_train_steps": c.num_episodes * rollouts * steps_per_rollout,
+        "max_train_steps": run_rollouts * steps_per_rollout,
         "max_sequence_len": c.prompt_max_len + c.generate_max_len,
         "needs_critic": needs_critic,
         "needs_ref": needs_ref,
+        "eps_clip_low": low,
+        "eps_clip_high": high,
+        "kl_penalty_coef": c.init_kl_coef if needs_ref and not c.use_kl_loss else 0.0,
+        "kl_loss_coef": c.init_kl_coef if needs_ref and c.use_kl_loss else 0.0,
+        "advantage_norm": advantage_norm(c),
     }
 
 
@@ -151,10 +181,12 @@ def _rollout_fills_train_batches(c: Config) -> Iterator[str]:
 
 
 def _grad_accum_problem(c: Config, role: str) -> Iterator[str]:
-    per_step = c.micro_train_batch_size * _world(c, role)
+    micro_flag = "micro_train_batch_size" if role == "actor" else f"{role}_micro_train_batch_size"
+    micro = getattr(c, micro_flag)
+    per_step = micro * _world(c, role)
     if c.train_batch_size % per_step:
-        yield (f"--train_batch_size {c.train_batch_size} must be divisible by --micro_train_batch_size "
-               f"{c.micro_train_batch_size} * {_world_text(c, role)} = {per_step} "
+        yield (f"--train_batch_size {c.train_batch_size} must be divisible by --{micro_flag} "
+               f"{micro} * {_world_text(c, role)} = {per_step} "
                f"({c.train_batch_size} % {per_step} = {c.train_batch_size % per_step})")  # fmt: skip
 
 
@@ -163,8 +195,8 @@ def _actor_grad_accum(c: Config) -> Iterator[str]:
     yield from _grad_accum_problem(c, "actor")
 
 
-@_rule("train_batch_size", "micro_train_batch_size", "critic_num_nodes", "critic_num_gpus_per_node",
-       "advantage_estimator")  # fmt: skip
+@_rule("train_batch_size", "critic_micro_train_batch_size", "critic_num_nodes", "critic_num_gpus_per_node",
+       "advantage_estimator", "micro_train_batch_size")  # fmt: skip
 def _critic_grad_accum(c: Config) -> Iterator[str]:
     if has_critic(c):
         yield from _grad_accum_problem(c, "critic")
@@ -220,8 +252,100 @@ def _gamma(c: Config) -> Iterator[str]:
     if not estimator(c.advantage_estimator).any_gamma and c.gamma != 1.0:
         yield (
             f"--gamma {c.gamma:g} with --advantage_estimator {c.advantage_estimator}: sequence-level "
-            "estimators use gamma = 1 (OpenRLHF silently resets it); drop --gamma or use gae"
+            f"estimators use gamma = 1 (OpenRLHF silently resets it); drop --gamma or use "
+            f"{_names(lambda e: e.any_gamma)}"
         )
+
+
+@_rule("eps_clip", "eps_clip_low_high")
+def _clip(c: Config) -> Iterator[str]:
+    if c.eps_clip_low_high is None:
+        return
+    low, high = c.eps_clip_low_high
+    if low >= 1:
+        yield f"--eps_clip_low_high {low:g} {high:g}: LOW must be < 1 (the ratio is clipped below at 1 - LOW)"
+    if c.eps_clip != _default(c, "eps_clip"):
+        yield (f"--eps_clip {c.eps_clip:g} and --eps_clip_low_high {low:g} {high:g} both given: the pair replaces "
+               "--eps_clip (drop one)")  # fmt: skip
+
+
+@_rule("reward_clip_range")
+def _reward_clip(c: Config) -> Iterator[str]:
+    low, high = c.reward_clip_range
+    if not low < high:
+        yield f"--reward_clip_range {low:g} {high:g}: expected LOW < HIGH"
+
+
+@_rule("advantage_estimator", "no_advantage_std_norm", "rloo_whiten")
+def _advantage_normalisation(c: Config) -> Iterator[str]:
+    e = estimator(c.advantage_estimator)
+    if c.rloo_whiten != _default(c, "rloo_whiten") and not e.whiten_switch:
+        yield (f"--rloo_whiten {c.rloo_whiten} only applies to --advantage_estimator "
+               f"{_names(lambda x: x.whiten_switch)}, not {c.advantage_estimator} (drop the flag)")  # fmt: skip
+    elif c.no_advantage_std_norm and advantage_norm(c) == "none":
+        why = "--rloo_whiten off" if e.whiten_switch else f"{c.advantage_estimator} does not whiten over the batch"
+        yield (f"--no_advantage_std_norm has no effect: the advantages are not normalised over the batch ({why}); "
+               "drop the flag")  # fmt: skip
+
+
+@_rule("freezing_actor_steps", "advantage_estimator", "max_steps")
+def _critic_warmup(c: Config) -> Iterator[str]:
+    if c.freezing_actor_steps <= 0:
+        return
+    if not has_critic(c):
+        yield (f"--freezing_actor_steps {c.freezing_actor_steps} warms up a critic; --advantage_estimator "
+               f"{c.advantage_estimator} has none (use {_critic_estimators()} or drop the flag)")  # fmt: skip
+    elif c.max_steps is not None and c.freezing_actor_steps >= c.max_steps:
+        yield (f"--freezing_actor_steps {c.freezing_actor_steps} >= --max_steps {c.max_steps}: the policy would "
+               "never be trained")  # fmt: skip
+
+
+# Flags that act only in some configurations: set to anything but their default elsewhere they would be
+# accepted and ignored, so they are an error. (flag names, condition, what is missing here, the condition)
+_ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[Config], bool]]] = [
+    (("critic_learning_rate", "critic_num_nodes", "critic_num_gpus_per_node", "critic_micro_train_batch_size",
+      "critic_lr_warmup_ratio", "value_clip", "lambd", "save_value_network"),
+     f"--advantage_estimator {_names(lambda e: e.critic)} (a critic)",
+     lambda c: f"{c.advantage_estimator} has no critic", has_critic),
+    (("ref_num_nodes", "ref_num_gpus_per_node", "kl_estimator"), "a reference model (--init_kl_coef > 0)",
+     lambda c: "--init_kl_coef 0 creates none", has_ref),
+    (("sft_output_key", "sft_learning_rate"), "--sft_warmup_steps > 0",
+     lambda c: "there is no supervised warm-up", lambda c: c.sft_warmup_steps > 0),
+    (("wandb_project", "wandb_run_name"), "--use_wandb", lambda c: "W&B logging is off",
+     lambda c: c.use_wandb is not None),
+    (("remote_rm_timeout", "remote_rm_retries"), "--remote_rm_url", lambda c: "the reward is a local function",
+     lambda c: bool(c.remote_rm_url)),
+    (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes"), "--rollout_backend vllm",
+     lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
+    (("save_hf_ckpt",), "--save_steps > 0 (it is saved with each checkpoint)",
+     lambda c: "no checkpoint is saved during training", lambda c: c.save_steps > 0),
+]  # fmt: skip
+
+
+def _default(c: Config, name: str) -> Any:
+    return next(spec.default for spec in flag_specs(type(c)) if spec.name == name)
+
+
+def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[Config], str],
+                    applies: Callable[[Config], bool]) -> Rule:
+    reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
+             "rollout_backend", "save_steps", *names}
+
+    @_rule(*reads)
+    def only_with(c: Config) -> Iterator[str]:
+        if applies(c):
+            return
+        for name in names:
+            value = getattr(c, name)
+            if value != _default(c, name):
+                shown = "" if isinstance(value, bool) else f" {value:g}" if isinstance(value, float) else f" {value}"
+                yield f"--{name}{shown} is only used with {condition}; {missing(c)} (drop the flag)"
+
+    return only_with
+
+
+for _entry in _ONLY_WITH:
+    _only_with_rule(*_entry)
 
 
 @_rule("use_kl_loss", "init_kl_coef")

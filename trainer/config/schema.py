@@ -140,8 +140,24 @@ class TrainerConfig:
     max_epochs: int = flag(1, "Passes over each rollout batch.", group=T, ge=1)
     num_episodes: int = flag(1, "Passes over the prompt dataset.", group=T, ge=1)
     actor_learning_rate: float = flag(1e-6, "Actor learning rate.", group=T, gt=0)
+    max_steps: int | None = flag(
+        None, "Stop after this many rollout steps (verl's trainer.total_training_steps); the LR schedules span "
+        "the steps the run takes. Default: every rollout of --num_episodes passes over the data.", group=T, ge=1,
+    )  # fmt: skip
     critic_learning_rate: float = flag(9e-6, "Critic learning rate (gae only).", group=T, gt=0)
+    critic_micro_train_batch_size: int | None = flag(
+        None, "Critic samples per forward/backward pass per GPU (gae only; default: --micro_train_batch_size). "
+        "verl's critic.ppo_micro_batch_size is global: divide it by the critic's GPUs.", group=T, ge=1,
+    )  # fmt: skip
     lr_warmup_ratio: float = flag(0.03, "Fraction of all steps spent in LR warm-up.", group=T, ge=0, le=1)
+    critic_lr_warmup_ratio: float | None = flag(
+        None, "Fraction of all steps spent in the critic's LR warm-up (gae only; default: --lr_warmup_ratio; "
+        "verl's critic.optim.lr_warmup_steps_ratio).", group=T, ge=0, le=1,
+    )  # fmt: skip
+    freezing_actor_steps: int = flag(
+        -1, "Critic warm-up: the first N rollout steps train only the critic, the policy and the engines' "
+        "weights stay as they are (gae only; verl's trainer.critic_warmup). -1 or 0: none.", group=T, ge=-1,
+    )  # fmt: skip
     lr_scheduler: Literal["cosine_with_min_lr", "constant_with_warmup"] = flag(
         "cosine_with_min_lr", "LR schedule after the warm-up: cosine down to 10 % of the rate, or constant "
         "(trainer.schedule).", group=T,
@@ -159,11 +175,20 @@ class TrainerConfig:
     # --- PPO algorithm -----------------------------------------------------------------------------------
     advantage_estimator: AdvantageEstimator = flag(
         "gae",
-        "gae (PPO with critic), rloo, reinforce_baseline (REINFORCE++ with baseline) or group_norm "
-        "(GRPO); see trainer.algorithms.",
+        "gae (PPO with a critic), reinforce (REINFORCE++), rloo, reinforce_baseline (REINFORCE++ with the "
+        "prompt's mean as baseline), group_norm (GRPO) or dr_grpo (GRPO without the std division); see "
+        "trainer.config.estimators and trainer.algorithms.",
         group=A,
     )
-    eps_clip: float = flag(0.2, "PPO policy ratio clip range.", group=A, gt=0)
+    eps_clip: float = flag(0.2, "PPO policy ratio clip range: [1 - eps_clip, 1 + eps_clip].", group=A, gt=0, lt=1)
+    eps_clip_low_high: tuple[float, float] | None = flag(
+        None, "Asymmetric ratio clip [1 - LOW, 1 + HIGH] instead of --eps_clip (DAPO's clip-higher, e.g. "
+        "0.2 0.28).", group=A, gt=0, metavar=("LOW", "HIGH"),
+    )  # fmt: skip
+    dual_clip: float | None = flag(
+        None, "Dual-clip PPO constant c > 1: where the advantage is negative the loss is at most -c * A, "
+        "however far the ratio exceeds 1 + eps (Ye et al. 2019; OpenRLHF >= 0.8.9).", group=A, gt=1,
+    )  # fmt: skip
     value_clip: float | None = flag(
         0.5, "PPO value clip range ('none': unclipped value loss).", group=A, gt=0
     )
@@ -177,12 +202,25 @@ class TrainerConfig:
         "k1", "KL estimator: k1 = log r, k2 = (log r)^2 / 2, k3 = exp(-log r) - 1 + log r.", group=A
     )
     use_kl_loss: bool = flag(False, "Add the KL as a loss term (GRPO) instead of a reward penalty.", group=A)
+    reward_clip_range: tuple[float, float] = flag(
+        (-10.0, 10.0), "Clamp the sequence scores (after the estimator's baseline) to [LOW, HIGH] before the "
+        "KL penalty is added, as OpenRLHF does.", group=A, metavar=("LOW", "HIGH"),
+    )  # fmt: skip
     normalize_reward: bool = flag(
-        False, "Normalise reward scores with running mean/std (trainer.algorithms.normalize_reward).", group=A
-    )
+        False, "Normalise the reward scores with the running mean/std of all scores seen so far "
+        "(trainer.algorithms.normalize_reward).", group=A,
+    )  # fmt: skip
+    no_advantage_std_norm: bool = flag(
+        False, "Normalise the token advantages over the batch by their mean only, without dividing by the std "
+        "(for the estimators that whiten: gae, reinforce, rloo, reinforce_baseline).", group=A,
+    )  # fmt: skip
+    rloo_whiten: Literal["on", "off"] = flag(
+        "on", "rloo only: whiten the leave-one-out advantages over the batch ('on', as OpenRLHF up to v0.8.4 and "
+        "the seed's v0.6.2) or use them as they are ('off', as OpenRLHF from v0.8.5).", group=A,
+    )  # fmt: skip
     # --- DeepSpeed ---------------------------------------------------------------------------------------
     zero_stage: Literal[0, 1, 2, 3] = flag(2, "DeepSpeed ZeRO stage.", group=S)
-    bf16: bool = flag(False, "Train in bfloat16 (else fp16).", group=S)
+    bf16: bool = flag(False, "Train in bfloat16 (else float32).", group=S)
     adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU.", group=S)
     flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
     gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
@@ -197,6 +235,10 @@ class TrainerConfig:
     )
     save_steps: int = flag(-1, "Checkpoint every N global steps; -1: never during training.", group=C)
     save_hf_ckpt: bool = flag(False, "Also save an HF-format model with each checkpoint.", group=C)
+    save_value_network: bool = flag(
+        False, "OpenRLHF's switch to save the critic (gae): here the critic is always saved next to the final "
+        "model, at <save_path>_critic, so the flag changes nothing; accepted for OpenRLHF command lines.", group=C
+    )
     max_ckpt_num: int = flag(3, "Keep at most this many checkpoints.", group=C, ge=1)
     load_checkpoint: bool = flag(False, "Resume from the latest checkpoint in --ckpt_path.", group=C)
     # --- logging -----------------------------------------------------------------------------------------
@@ -236,8 +278,16 @@ class TrainerConfig:
     max_train_steps_per_episode: int = derived(0, "max_rollouts_per_episode * train_steps_per_rollout")
     max_train_steps: int = derived(0, "num_episodes * max_train_steps_per_episode")
     max_sequence_len: int = derived(0, "prompt_max_len + generate_max_len")
-    needs_critic: bool = derived(False, "advantage_estimator == 'gae'")
+    needs_critic: bool = derived(False, "the estimator learns a value function (gae): the critic is created")
     needs_ref: bool = derived(False, "init_kl_coef > 0 (the reference model is created)")
+    eps_clip_low: float = derived(0.0, "the ratio clip below 1: eps_clip_low_high[0], else eps_clip")
+    eps_clip_high: float = derived(0.0, "the ratio clip above 1: eps_clip_low_high[1], else eps_clip")
+    kl_penalty_coef: float = derived(0.0, "the KL's weight in the rewards: init_kl_coef, 0 with use_kl_loss")
+    kl_loss_coef: float = derived(0.0, "the KL loss term's weight: init_kl_coef with use_kl_loss, else 0")
+    advantage_norm: str = derived(
+        "", "how the token advantages are normalised over the batch: whiten (mean 0, std 1), center "
+        "(mean 0: no_advantage_std_norm) or none (group_norm, dr_grpo, rloo with rloo_whiten off)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         """Validate (field checks, auto values, cross-field rules), then fill in the derived sizes."""
@@ -262,9 +312,15 @@ class TrainerConfig:
         """Rollout batches per episode for a dataset of ``num_prompts`` prompts (last partial one dropped)."""
         return min(num_prompts, self.max_samples) // self.rollout_batch_size
 
+    def total_rollouts(self, num_prompts: int) -> int:
+        """Rollout steps of the whole run for a dataset of ``num_prompts`` prompts: every rollout of
+        ``num_episodes`` passes, or ``max_steps`` if that is fewer (verl's ``total_training_steps``)."""
+        rollouts = self.num_episodes * self.rollouts_per_episode(num_prompts)
+        return rollouts if self.max_steps is None else min(self.max_steps, rollouts)
+
     def total_train_steps(self, num_prompts: int) -> int:
         """Optimizer steps of the whole run (LR schedule length) for a dataset of ``num_prompts`` prompts."""
-        return self.num_episodes * self.rollouts_per_episode(num_prompts) * self.train_steps_per_rollout
+        return self.total_rollouts(num_prompts) * self.train_steps_per_rollout
 
     # --- serialisation -----------------------------------------------------------------------------------
     def to_dict(self, *, redact: bool = False) -> dict[str, Any]:
