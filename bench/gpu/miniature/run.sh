@@ -178,6 +178,7 @@ job=(--preset 32b-rloo
      --set apply_chat_template=true
      --set rollout_backend=hf --set vllm_num_engines=0 --set vllm_tensor_parallel_size=1
      --set vllm_enable_sleep=false --set enable_prefix_caching=false --set flash_attn=false
+     --set vllm_gpu_memory_utilization=0.95 --set vllm_sync_backend=nccl
      --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
      --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg)
 echo "rlrun -i $inv submit ${job[*]} ${check[*]} --follow" | tee "$out/command.txt"
