@@ -11,6 +11,7 @@ import pytest
 
 from trainer.reward.extract import (
     DEFAULT_STRATEGIES,
+    MARKER_STRATEGIES,
     clean_answer,
     extract_answer,
     extract_boxed,
@@ -99,11 +100,18 @@ CASES = [
     # labels that carry their own box or delimiters
     (r"\boxed{2}", r"The answer is $\boxed{2}$", 1.0),
     (r"\boxed{2}", "$2$", 1.0),
-    # fallback strategies (default: boxed, answer_is, hash)
+    # marker strategies, then the final expression (default: boxed, answer_tag, answer_is, hash,
+    # final_expression)
     ("the answer is 5", "5", 1.0),
     ("The final answer is: 18.", "18", 1.0),
     ("work...\n#### 72", "72", 1.0),
-    ("I think 7 apples", "7", 0.0),  # last_number is not on by default
+    ("<answer>72</answer>", "72", 1.0),
+    ("I think 7 apples", "7", 1.0),  # no marker: the final expression
+    ("I think 7 apples", "8", 0.0),
+    # chat end markers are not part of the answer
+    ("#### 4<|im_end|>", "4", 1.0),
+    ("The answer is 12.<|endoftext|>", "12", 1.0),
+    ("Answer: 3/4</s>", "0.75", 1.0),
 ]
 
 
@@ -191,14 +199,19 @@ def test_extract_strategies(
 
 
 def test_strategies_are_chosen_in_config() -> None:
-    assert score_response("I count 7 apples", "7").reason == Reason.NO_ANSWER
+    unmarked = score_response("I count 7 apples", "7")
+    assert (unmarked.score, unmarked.detail) == (1.0, "correct:final_expression")
+    markers_only = MathRewardConfig(strategies=MARKER_STRATEGIES)
+    assert score_response("I count 7 apples", "7", markers_only).reason == Reason.NO_ANSWER
     config = MathRewardConfig(strategies=("boxed", "last_number"))
-    assert score_response("I count 7 apples", "7", config).score == 1.0
+    assert score_response("I count 7 apples", "7", config).detail == "correct:last_number"
     assert score_response("I count 7 apples", "7", MathRewardConfig(strategies=("hash",))).score == 0.0
+    assert score_response(r"so \boxed{7}", "7").detail == "correct:boxed"
+    assert score_response("#### 8<|im_end|>", "7").detail == "wrong:hash"
 
 
 def test_unknown_strategy_is_rejected_with_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"'bogus'.*boxed, answer_is, hash, last_number"):
+    with pytest.raises(ValueError, match=r"'bogus'.*boxed, answer_tag, answer_is, hash, final_expression, last_number"):
         validate_strategies(["boxed", "bogus"])
 
 

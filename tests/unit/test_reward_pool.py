@@ -115,22 +115,29 @@ def test_pathological_item_is_really_slow_without_timeout() -> None:
 
 def test_timeout_among_good_items(pool: VerifyPool) -> None:
     responses, labels, expected = _batch([_hang(0)])
+    before = dict(pool.stats)
     started = time.monotonic()
     results = pool.score(responses, labels)
     elapsed = time.monotonic() - started
     _check(results, expected)
-    assert elapsed <= TIMEOUT + SLACK, f"batch took {elapsed:.2f}s"
     assert results[3].extracted == r"\sqrt{10^{9999}+1}"
+    assert pool.stats["timeouts"] == before["timeouts"] + 1
+    # It used up its CPU budget; it was not cut short by the wall-clock backstop (which retries).
+    assert pool.stats["starved_retries"] == before["starved_retries"]
+    assert elapsed < pool.wall_timeout
 
 
 def test_more_pathological_items_than_processes(pool: VerifyPool) -> None:
-    """3 hangs on 2 processes still cost about one timeout, not three (demotion + spares)."""
+    """3 hangs on 2 processes run side by side, not one after another (demotion + spares)."""
     responses, labels, expected = _batch([_hang(1), _hang(2), _hang(3)])
-    started = time.monotonic()
+    before = dict(pool.stats)
     results = pool.score(responses, labels)
-    elapsed = time.monotonic() - started
     _check(results, expected)
-    assert elapsed <= TIMEOUT + SLACK, f"batch took {elapsed:.2f}s"
+    assert pool.stats["timeouts"] == before["timeouts"] + 3
+    # Each hang's worker was demoted (its queue handed on, a spare started) long before its
+    # budget was used up, so the three budgets were spent in parallel.
+    assert pool.stats["demoted"] >= before["demoted"] + 3
+    assert pool.stats["spawned"] >= before["spawned"] + 3
 
 
 def test_pool_keeps_working_and_stays_bounded(pool: VerifyPool) -> None:
@@ -153,12 +160,14 @@ def test_pool_keeps_working_and_stays_bounded(pool: VerifyPool) -> None:
     assert _children(parents.pop()) == set(pids)  # nothing else is left behind
 
 
-def test_repeated_timeout_is_cached(pool: VerifyPool) -> None:
-    started = time.monotonic()
+def test_timeout_is_never_cached(pool: VerifyPool) -> None:
+    """A timeout may be bad luck: the same item is verified again next time, not answered from the cache."""
     response, label = _hang(0)  # timed out in an earlier test
+    before = pool.stats["timeouts"]
     results = pool.score([response], [label])
     assert results[0].reason == Reason.TIMEOUT
-    assert time.monotonic() - started < 0.5
+    assert pool.stats["timeouts"] == before + 1  # ran (and timed out) again
+    assert pool.stats["cache_hits"] == 0 or pool._cache.get((results[0].extracted, label)) is None
 
 
 def test_concurrent_callers(pool: VerifyPool) -> None:

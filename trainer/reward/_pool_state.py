@@ -43,6 +43,7 @@ class Task:
     answer: str
     label: str
     attempts: int = 0  # worker crashes while this task was running
+    starved: int = 0  # times it reached the wall-clock backstop without using its CPU budget
 
 
 @dataclass(slots=True, eq=False)
@@ -52,7 +53,10 @@ class Worker:
     proc: multiprocessing.process.BaseProcess
     conn: Connection
     tasks: deque[Task] = field(default_factory=deque)  # tasks[0] is running
-    started: float = 0.0  # when tasks[0] started (as seen by the parent)
+    started: float = 0.0  # wall clock (monotonic) when tasks[0] started, as seen by the parent
+    cpu_start: float = 0.0  # the worker's CPU seconds when tasks[0] started
+    cpu_seen: float = 0.0  # the worker's CPU seconds in its last message
+    next_check: float = 0.0  # when the dispatcher looks at tasks[0]'s budgets next
     demoted: bool = False
     ready: bool = False  # imports done: item timing starts only then
 

@@ -77,8 +77,9 @@ def worker_main(
 ) -> None:
     """Serve verification chunks from ``conn`` until EOF or ``None``.
 
-    Receives ``[(seq, answer, label), ...]`` and answers ``(seq, score, reason)``
-    once per item, as soon as that item is done, so the parent can time each item.
+    Receives ``[(seq, answer, label), ...]`` and answers ``(seq, score, reason, cpu)``
+    once per item, as soon as that item is done, where ``cpu`` is this process's CPU
+    seconds so far: the parent budgets each item's CPU time from these readings.
     """
     die_with_parent()
     release_forkserver_alive_fd()
@@ -91,7 +92,7 @@ def worker_main(
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
     try:
-        conn.send("ready")  # the pool times items from here on, not our imports
+        conn.send(("ready", time.process_time()))  # the pool times items from here on, not our imports
     except (EOFError, OSError):
         return
     while True:
@@ -107,6 +108,6 @@ def worker_main(
             except Exception:  # noqa: BLE001 - one bad item must not kill the worker
                 result = RewardResult(0.0, Reason.ERROR, answer)
             try:
-                conn.send((seq, result.score, result.reason))
+                conn.send((seq, result.score, result.reason, time.process_time()))
             except (EOFError, OSError):
                 return

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
@@ -67,16 +67,30 @@ class Reason:
 
 @dataclass(frozen=True, slots=True)
 class RewardResult:
-    """Outcome of verifying one response: score is 1.0 or 0.0."""
+    """Outcome of verifying one response: score is 1.0 or 0.0.
+
+    ``path`` is the extraction strategy that found the answer (``boxed``, ``answer_is``, ...,
+    ``final_expression`` for the no-marker fallback), None when nothing was extracted.
+    """
 
     score: float
     reason: str
     extracted: str | None = None
+    path: str | None = None
 
     @classmethod
     def of(cls, correct: bool, extracted: str | None) -> RewardResult:
         """A correct/wrong result."""
         return cls(1.0 if correct else 0.0, Reason.CORRECT if correct else Reason.WRONG, extracted)
+
+    @property
+    def detail(self) -> str:
+        """The reason with the path that scored, e.g. ``correct:boxed``, ``wrong:final_expression``."""
+        return self.reason if self.path is None else f"{self.reason}:{self.path}"
+
+    def on_path(self, path: str | None) -> RewardResult:
+        """This result, found through extraction strategy ``path``."""
+        return self if path == self.path else replace(self, path=path)
 
 
 @dataclass(frozen=True)
@@ -177,23 +191,17 @@ def _as_interval(text: str) -> tuple[bool, int, int, bool] | None:
     return match[1] == "(" or lo == -_INF, lo, hi, match[4] == ")" or hi == _INF
 
 
-def fast_compare(answer: str, label: str) -> bool | None:
-    """Compare plain numbers and integer intervals exactly as math-verify would, or return None.
+_PERCENT_SUFFIXES = ("\\%", "%")
 
-    Integers and fractions compare exactly (sympy Integer/Rational equality). When a
-    decimal is involved math-verify rounds both sides to 6 decimals; we answer only
-    when the values are identical or clearly further apart than that rounding.
-    Intervals are equal when brackets and ends are (math-verify's interval rule);
-    their LaTeX parse is the slowest common case, hence this path.
-    """
-    a = _as_number(answer)
-    if a is None:
-        ia = _as_interval(answer) if answer[:1] in "[(" else None
-        ib = _as_interval(label) if ia is not None and label[:1] in "[(" else None
-        return None if ia is None or ib is None else ia == ib
-    b = _as_number(label)
-    if b is None:
-        return None
+
+def _split_percent(text: str) -> tuple[str, bool]:
+    for suffix in _PERCENT_SUFFIXES:
+        if text.endswith(suffix):
+            return text[: -len(suffix)].rstrip(), True
+    return text, False
+
+
+def _compare_numbers(a: _Num, b: _Num) -> bool | None:
     if not (a.is_float or b.is_float):
         return a.value == b.value
     if abs(a.value) >= _FLOAT_DECIDE_LIMIT or abs(b.value) >= _FLOAT_DECIDE_LIMIT:
@@ -206,6 +214,42 @@ def fast_compare(answer: str, label: str) -> bool | None:
     if abs(a.value - b.value) > _FLOAT_ROUNDING_GAP:
         return False
     return None
+
+
+def fast_compare(answer: str, label: str) -> bool | None:
+    """Compare plain numbers and integer intervals exactly as math-verify would, or return None.
+
+    Integers and fractions compare exactly (sympy Integer/Rational equality). When a
+    decimal is involved math-verify rounds both sides to 6 decimals; we answer only
+    when the values are identical or clearly further apart than that rounding.
+    Intervals are equal when brackets and ends are (math-verify's interval rule);
+    their LaTeX parse is the slowest common case, hence this path.
+
+    A percentage against a plain number (``12.5\\%`` vs ``12.5`` or ``0.125``) is equal when
+    either reading is: the peers' graders accept both (hendrycks' MATH and PRM800K drop the
+    sign, Qwen2.5-Math / DeepSeek-Math divide by 100); math-verify accepts only integers
+    without the sign, so here we are more lenient than math-verify, on purpose.
+    """
+    answer, answer_pct = _split_percent(answer)
+    label, label_pct = _split_percent(label)
+    a = _as_number(answer)
+    if a is None:
+        if answer_pct or label_pct:
+            return None
+        ia = _as_interval(answer) if answer[:1] in "[(" else None
+        ib = _as_interval(label) if ia is not None and label[:1] in "[(" else None
+        return None if ia is None or ib is None else ia == ib
+    b = _as_number(label)
+    if b is None:
+        return None
+    if answer_pct == label_pct:
+        return _compare_numbers(a, b)
+    pct, plain = (a, b) if answer_pct else (b, a)
+    as_is = _compare_numbers(pct, plain)
+    hundredth = _compare_numbers(_Num(pct.value / 100, True, pct.digits + 2), plain)
+    if as_is or hundredth:
+        return True
+    return False if as_is is False and hundredth is False else None
 
 
 # ---------------------------------------------------------------- math-verify path
@@ -284,10 +328,23 @@ def _clearly_different(gold: tuple[object, ...], pred: tuple[object, ...]) -> bo
     return True
 
 
+_CHOICE = r"(?:\\text(?:bf)?\{\s*|\\mathrm\{\s*)?\(?([A-J])\)?(?:\s*\})?"
+_CHOICE_LABEL = re.compile(_CHOICE)
+_CHOICE_ANSWER = re.compile(_CHOICE + r"(?=$|[\s.:,;])")
+
+
+def choice_letter(label: str) -> str | None:
+    """The option letter of a multiple-choice label (``C``, ``(C)``, ``\\text{(C)}``), else None."""
+    match = _CHOICE_LABEL.fullmatch(label)
+    return match[1] if match else None
+
+
 def quick_check(answer: str | None, label: str, config: MathRewardConfig) -> RewardResult | None:
     """Everything decidable without sympy; None means "needs math-verify".
 
-    ``answer`` is the cleaned extracted answer, ``label`` the normalized reference.
+    ``answer`` is the cleaned extracted answer, ``label`` the normalized reference. A
+    multiple-choice label (one option letter) is compared with the option letter the answer
+    starts with ("(C) 12", "C. 12"), as Qwen2.5-Math's and lighteval's graders do.
     """
     if not answer:
         return RewardResult(0.0, Reason.NO_ANSWER, answer)
@@ -295,6 +352,11 @@ def quick_check(answer: str | None, label: str, config: MathRewardConfig) -> Rew
         return RewardResult(0.0, Reason.BAD_LABEL, answer)
     if len(answer) > config.max_answer_chars:
         return RewardResult(0.0, Reason.TOO_LONG, answer)
+    letter = choice_letter(label)
+    if letter is not None:
+        chosen = _CHOICE_ANSWER.match(answer)
+        if chosen is not None:
+            return RewardResult.of(chosen[1] == letter, answer)
     if config.fast_path:
         verdict = fast_compare(answer, label)
         if verdict is not None:
@@ -343,5 +405,5 @@ def score_response(response: str, label: str | None, config: MathRewardConfig | 
     config = config or MathRewardConfig()
     if label is None:
         return RewardResult(0.0, Reason.NO_LABEL, None)
-    answer, _strategy = extract_answer(response, config.strategies)
-    return verify_answer(answer, label, config)
+    answer, strategy = extract_answer(response, config.strategies)
+    return verify_answer(answer, label, config).on_path(strategy)

@@ -1,22 +1,33 @@
-r"""A process pool that verifies answers with a hard per-item timeout.
+r"""A process pool that verifies answers with a hard per-item CPU-time budget.
 
 sympy can run for minutes on hostile answers (exact arithmetic on huge integers:
 ``9^{9^{9}}``, ``\sqrt{10^{9999}+1}``), in code that holds the GIL and ignores
 signals. The digit guard (trainer.reward.guard) rejects the tower/factorial kind up
 front; everything else is bounded here: verification runs in worker processes that
-the pool kills when an item runs past ``timeout``: the item scores 0 with reason
-"timeout", the worker is replaced, and its queued items go to other workers.
+the pool kills when an item has used ``timeout`` seconds of *CPU time*: the item
+scores 0 with reason "timeout", the worker is replaced, and its queued items go to
+other workers.
+
+CPU time, not wall time: on a busy machine an item waits for a CPU without using
+its budget, so load cannot turn a correct answer into a timeout. The parent reads a
+busy worker's CPU time from /proc (the worker reports its own after each item); a
+wall-clock backstop (``wall_timeout``) still bounds an item that never gets a CPU:
+it is retried once in a fresh worker before it scores "timeout". Timeouts are never
+cached (a later, quieter attempt may succeed). Without /proc (not Linux) the budget
+falls back to wall time.
 
 Design, in one thread per pool (the dispatcher):
 
 * workers get small chunks and answer each item as soon as it is done, so the
   pool knows when every item started and can time it individually;
-* a worker busy on one item for ``demote_after`` seconds is *demoted*: reniced to
-  19 (it stops competing for CPU with healthy workers), its queued items are handed
-  back, a replacement is started (up to ``max_processes`` workers in all), and it is
-  retired once its item finishes or times out. So a batch with a few pathological
-  items finishes in about ``timeout``, not ``k * timeout``, as long as stuck items
-  do not fill all ``max_processes`` slots (then new ones queue for a free slot);
+* a worker busy on one item for ``demote_after`` CPU seconds is *demoted*: its
+  queued items are handed back, a replacement is started (up to ``max_processes``
+  workers in all), and it is retired once its item finishes or times out. So a
+  batch with a few pathological items costs about ``timeout`` CPU seconds each, in
+  parallel, not one after the other, as long as stuck items do not fill all
+  ``max_processes`` slots (then new ones queue for a free slot). A demoted worker
+  keeps its priority: its CPU use is bounded by the budget, and a lower priority
+  would only stretch the batch's wall time on a busy machine;
 * workers come from the ``forkserver`` start method with math-verify preloaded, so
   a replacement costs a fork, not an interpreter start; they die with their parent
   (PR_SET_PDEATHSIG plus an owner watchdog) and on :meth:`VerifyPool.close`.
@@ -48,12 +59,23 @@ __all__ = ["VerifyPool", "default_processes"]
 
 log = logging.getLogger(__name__)
 
-_CACHEABLE = frozenset(
-    {Reason.CORRECT, Reason.WRONG, Reason.PARSE_ERROR, Reason.BAD_LABEL, Reason.TOO_COMPLEX, Reason.TIMEOUT}
-)
+# Deterministic verdicts only: a timeout or an error may not repeat.
+_CACHEABLE = frozenset({Reason.CORRECT, Reason.WRONG, Reason.PARSE_ERROR, Reason.BAD_LABEL, Reason.TOO_COMPLEX})
 _PRELOAD = ["trainer.reward._worker", "trainer.reward._warm"]  # imported once, in the fork server
 _READY = "ready"  # first message of a worker, once its imports are done
 _START_TIMEOUT = 120.0  # seconds for the first workers to import sympy & co.
+_MIN_POLL = 0.005  # seconds between two looks at a busy worker's CPU time, at least
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc), None when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def default_processes() -> int:
@@ -93,14 +115,17 @@ class VerifyPool:
         chunk_size: int = 4,
         memory_limit_mb: int | None = 1024,
         cache_size: int = 65536,
+        wall_timeout: float | None = None,
     ) -> None:
         """Start ``processes`` workers (default: CPUs available).
 
-        timeout: seconds one item may take; demote_after: seconds before a busy worker
+        timeout: CPU seconds one item may use; wall_timeout: wall-clock seconds after which an
+        item that did not get its CPU time is retried once in a fresh worker, then scores
+        "timeout" (default 10 * timeout + 30); demote_after: CPU seconds before a busy worker
         is demoted (default min(0.15, timeout / 4); 0 or less disables demotion; a demotion costs
         one fork, so it can be eager);
         max_processes: cap on workers including demoted ones (default 4 * processes + 4; a stuck
-        worker costs ~15 MB of private memory and, reniced, little CPU);
+        worker costs ~15 MB of private memory and at most ``timeout`` CPU seconds);
         memory_limit_mb: address-space limit per worker (None: unlimited).
         """
         if timeout <= 0:
@@ -109,6 +134,9 @@ class VerifyPool:
         if self.size < 1:
             raise ValueError(f"processes must be >= 1, got {self.size}")
         self.timeout = float(timeout)
+        self.wall_timeout = float(wall_timeout) if wall_timeout is not None else 10 * self.timeout + 30
+        if self.wall_timeout < self.timeout:
+            raise ValueError(f"wall_timeout ({wall_timeout}) must be >= timeout ({timeout})")
         self.config = config or MathRewardConfig()
         self.max_processes = max(self.size, max_processes or 4 * self.size + 4)
         self.demote_after = min(0.15, self.timeout / 4) if demote_after is None else demote_after
@@ -133,6 +161,7 @@ class VerifyPool:
             "cache_hits": 0,
             "verified": 0,  # answered by a worker (or timed out there)
             "timeouts": 0,
+            "starved_retries": 0,  # items retried after the wall-clock backstop, budget unused
             "crashes": 0,
             "spawned": 0,
             "demoted": 0,
@@ -164,24 +193,25 @@ class VerifyPool:
         if len(responses) != len(labels):
             raise ValueError(f"{len(responses)} responses but {len(labels)} labels; expected equal lengths")
         results: list[RewardResult | None] = [None] * len(responses)
+        paths: list[str | None] = [None] * len(responses)
         todo: dict[tuple[str, str], list[int]] = {}
         inline = hits = 0
         for i, (response, label) in enumerate(zip(responses, labels, strict=True)):
             if label is None:
                 results[i] = RewardResult(0.0, Reason.NO_LABEL, None)
                 continue
-            answer, _strategy = extract_answer(response, self.config.strategies)
+            answer, paths[i] = extract_answer(response, self.config.strategies)
             norm_label = normalize_label(label)
             quick = quick_check(answer, norm_label, self.config)
             if quick is not None:
-                results[i] = quick
+                results[i] = quick.on_path(paths[i])
                 inline += 1
                 continue
             assert answer is not None
             key = (answer, norm_label)
             cached = self._cache.get(key)
             if cached is not None:
-                results[i] = cached
+                results[i] = cached.on_path(paths[i])
                 hits += 1
             else:
                 todo.setdefault(key, []).append(i)  # identical samples are verified once
@@ -193,7 +223,7 @@ class VerifyPool:
             keys = list(todo)
             for key, result in zip(keys, self.verify(keys), strict=True):
                 for i in todo[key]:
-                    results[i] = result
+                    results[i] = result.on_path(paths[i])
         return results  # type: ignore[return-value]  # every slot is filled above
 
     def verify(self, pairs: Sequence[tuple[str, str]]) -> list[RewardResult]:
@@ -233,7 +263,8 @@ class VerifyPool:
             "alive": alive,
             "busy": sum(bool(w.tasks) for w in workers),
             "queued": len(self._pending),
-            "timeout_s": self.timeout,
+            "timeout_cpu_s": self.timeout,
+            "wall_timeout_s": self.wall_timeout,
             **self.stats,
         }
 
@@ -293,9 +324,10 @@ class VerifyPool:
                     "verify worker died while starting (its traceback is on stderr); note that "
                     "multiprocessing needs an importable __main__ (a file or -m module, not stdin)"
                 ) from None
-            if message != _READY:
+            if not (isinstance(message, tuple) and message[0] == _READY):
                 raise RuntimeError(f"verify worker sent {message!r} first; expected {_READY!r}")
             worker.ready = True
+            worker.cpu_seen = message[1]
 
     def _run(self) -> None:
         try:
@@ -339,33 +371,42 @@ class VerifyPool:
                 self._retire(worker)
                 continue
             worker.tasks.extend(chunk)
-            worker.started = time.monotonic()
+            self._start_item(worker, time.monotonic(), worker.cpu_seen)
 
     def _next_wakeup(self, busy: list[Worker]) -> float | None:
         if not busy:
             return None
-        now = time.monotonic()
-        moments = [w.started + self.timeout for w in busy]
-        if self.demote_after > 0:
-            moments += [w.started + self.demote_after for w in busy if not w.demoted]
-        return max(0.0, min(moments) - now)
+        return max(0.0, min(w.next_check for w in busy) - time.monotonic())
+
+    def _start_item(self, worker: Worker, now: float, cpu: float) -> None:
+        """tasks[0] of ``worker`` starts now; first look at it when it could reach a budget.
+
+        One process uses CPU time no faster than wall time, so no budget can be reached
+        before that many wall seconds have passed.
+        """
+        worker.started = now
+        worker.cpu_start = cpu
+        first = self.timeout if self.demote_after <= 0 or worker.demoted else min(self.demote_after, self.timeout)
+        worker.next_check = now + first
 
     def _receive(self, worker: Worker) -> None:
         try:
             while worker.conn.poll():  # also true at EOF, where recv() raises
                 message = worker.conn.recv()
-                if message == _READY:
+                if message[0] == _READY:
                     worker.ready = True
+                    worker.cpu_seen = message[1]
                     continue
                 if not worker.tasks:  # cannot happen: answers come only for tasks sent
                     log.error("verify worker %s answered with nothing pending", worker.proc.pid)
                     continue
-                seq, score, reason = message
+                seq, score, reason, cpu = message
                 task = worker.tasks.popleft()
                 if task.seq != seq:  # cannot happen with FIFO pipes; be loud if it does
                     raise RuntimeError(f"worker answered item {seq}, expected {task.seq}")
                 self._finish(task, RewardResult(score, reason, task.answer))
-                worker.started = time.monotonic()
+                worker.cpu_seen = cpu
+                self._start_item(worker, time.monotonic(), cpu)
                 if worker.demoted:
                     self._retire(worker)
                     return
@@ -387,19 +428,37 @@ class VerifyPool:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        for worker in [w for w in self._workers if w.tasks]:
-            elapsed = now - worker.started
-            if elapsed >= self.timeout:
+        for worker in [w for w in self._workers if w.tasks and w.next_check <= now]:
+            wall = now - worker.started
+            cpu_now = cpu_seconds(worker.proc.pid) if worker.proc.pid is not None else None
+            used = wall if cpu_now is None else max(0.0, cpu_now - worker.cpu_start)
+            if used >= self.timeout:
                 self.stats["timeouts"] += 1
                 task = worker.tasks.popleft()
                 self._finish(task, RewardResult(0.0, Reason.TIMEOUT, task.answer))
                 self._retire(worker)
-            elif self.demote_after > 0 and not worker.demoted and elapsed >= self.demote_after:
+                continue
+            if wall >= self.wall_timeout:  # the item never got its CPU time: the machine is starved
+                task = worker.tasks.popleft()
+                if task.starved == 0:
+                    task.starved += 1
+                    self.stats["starved_retries"] += 1
+                    log.warning("verify item got %.2fs of CPU in %.0fs; retrying it in a fresh worker", used, wall)
+                    with self._lock:
+                        self._pending.appendleft(task)
+                else:
+                    self.stats["timeouts"] += 1
+                    self._finish(task, RewardResult(0.0, Reason.TIMEOUT, task.answer))
+                self._retire(worker)
+                continue
+            if self.demote_after > 0 and not worker.demoted and used >= self.demote_after:
                 worker.demoted = True
                 self.stats["demoted"] += 1
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, worker.proc.pid, 19)
                 self._requeue_queued(worker)
+            budgets = [self.timeout - used]
+            if self.demote_after > 0 and not worker.demoted:
+                budgets.append(self.demote_after - used)
+            worker.next_check = min(now + max(_MIN_POLL, min(budgets)), worker.started + self.wall_timeout)
 
     def _requeue_queued(self, worker: Worker) -> None:
         """Give a worker's not-yet-started tasks back to the queue (front)."""
