@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from typing import Any, NoReturn
 
 from gunicorn.app.base import BaseApplication
 
-from trainer.reward.extract import DEFAULT_STRATEGIES, validate_strategies
+from trainer.reward.extract import DEFAULT_STRATEGIES, STRATEGIES, validate_strategies
 from trainer.reward.pool import default_processes
 from trainer.reward.server.config import TOKEN_ENV, ConfigError, ServerConfig
 from trainer.reward.server.dataset import DatasetError, DatasetIndex, load_dataset
+from trainer.reward.server.worker import Limits, worker_class_path
 
 PROG = "python -m trainer.reward.server"
 log = logging.getLogger("trainer.reward.server")
@@ -119,7 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap on verifier processes incl. ones stuck on slow items (default 4 * verify-processes + 4)",
     )
     p.add_argument(
-        "--timeout", type=_positive(float), default=3.0, help="seconds per item before it scores 0"
+        "--timeout",
+        type=_positive(float),
+        default=3.0,
+        help="CPU seconds one item may use before it scores 0 as timeout (default 3); time spent "
+        "waiting for a CPU on a busy machine does not count",
+    )
+    p.add_argument(
+        "--wall-timeout",
+        "--wall_timeout",
+        dest="wall_timeout",
+        type=_positive(float),
+        default=None,
+        help="wall-clock backstop per item: one that never got its CPU time is retried once in a fresh "
+        "verifier, then scores timeout (default 10 * timeout + 30)",
     )
     p.add_argument(
         "--max-number-digits",
@@ -148,8 +163,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--extract",
         default=",".join(DEFAULT_STRATEGIES),
-        help="answer extraction strategies in order: boxed,answer_is,hash,last_number",
+        help=f"answer extraction strategies in order (default {','.join(DEFAULT_STRATEGIES)}; "
+        f"all: {','.join(STRATEGIES)}); leave out final_expression to score responses without "
+        "a marked answer (boxed, <answer>, 'answer is', ####) as no_answer",
     )
+    conn = p.add_argument_group("connections")
+    conn.add_argument(
+        "--head-timeout",
+        "--head_timeout",
+        dest="head_timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds a client has to send a request's line and headers (default 10); late ones get 408",
+    )
+    conn.add_argument(
+        "--body-timeout",
+        "--body_timeout",
+        dest="body_timeout",
+        type=_positive(float),
+        default=60.0,
+        help="seconds a client has to send a request body once its headers are in (default 60)",
+    )
+    conn.add_argument(
+        "--keepalive",
+        type=_positive(float),
+        default=5.0,
+        help="seconds an idle kept-alive connection stays open (default 5)",
+    )
+    conn.add_argument(
+        "--max-connections",
+        "--max_connections",
+        dest="max_connections",
+        type=_positive(int),
+        default=1000,
+        help="open connections per gunicorn worker, idle ones included (default 1000)",
+    )
+    conn.add_argument("--certfile", help="serve HTTPS with this PEM certificate (chain)")
+    conn.add_argument("--keyfile", help="private key of --certfile (PEM, mode 0600)")
     p.add_argument(
         "--memory-limit-mb",
         "--memory_limit_mb",
@@ -179,6 +229,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         prompt_template=args.prompt_template,
         strategies=validate_strategies([s.strip() for s in args.extract.split(",") if s.strip()]),
         timeout=args.timeout,
+        wall_timeout=args.wall_timeout,
         verify_processes=args.verify_processes,
         max_verify_processes=args.max_verify_processes,
         max_digits=args.max_digits,
@@ -192,10 +243,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 class RewardServer(BaseApplication):
     """gunicorn, configured in code; each worker calls load() after the fork."""
 
-    def __init__(self, config: ServerConfig, dataset: DatasetIndex | None, options: dict[str, Any]) -> None:
+    def __init__(
+        self, config: ServerConfig, dataset: DatasetIndex | None, options: dict[str, Any], limits: Limits
+    ) -> None:
         self._config = config
         self._dataset = dataset
         self._options = options
+        self.worker_limits = limits  # read by ReadFirstWorker in each worker
         super().__init__()
 
     def load_config(self) -> None:
@@ -239,15 +293,22 @@ def main(argv: list[str] | None = None) -> None:
             log.info("dataset %s: %d prompts with reference answers", config.dataset, len(dataset))
     except (ConfigError, DatasetError, ValueError) as exc:
         fail(str(exc))
+    if bool(args.certfile) != bool(args.keyfile):
+        fail("--certfile and --keyfile go together; give both to serve HTTPS, neither for HTTP")
+    for flag, path in (("--certfile", args.certfile), ("--keyfile", args.keyfile)):
+        if path and not os.path.isfile(path):
+            fail(f"{flag} {path}: no such file")
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
+    limits = Limits(args.head_timeout, args.body_timeout, args.keepalive, args.max_body_bytes)
     options = {
         "bind": f"{host}:{args.port}",
         "workers": args.workers,
         "threads": args.threads,
-        "worker_class": "gthread",
+        "worker_class": worker_class_path(),
+        "worker_connections": args.max_connections,
         "timeout": 120,
         "graceful_timeout": 30,
-        "keepalive": 5,
+        "keepalive": max(1, math.ceil(args.keepalive)),  # gunicorn wants whole seconds; the worker uses limits
         "accesslog": None,
         "errorlog": "-",
         "loglevel": args.log_level,
@@ -255,7 +316,9 @@ def main(argv: list[str] | None = None) -> None:
         "proc_name": "rlrun-reward",
         "worker_exit": _close_pool,
     }
-    RewardServer(config, dataset, options).run()
+    if args.certfile:
+        options.update(certfile=args.certfile, keyfile=args.keyfile)
+    RewardServer(config, dataset, options, limits).run()
 
 
 if __name__ == "__main__":

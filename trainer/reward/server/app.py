@@ -19,10 +19,12 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from trainer.reward.extract import FALLBACK_STRATEGIES
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, label_to_str
 from trainer.reward.pool import VerifyPool
 from trainer.reward.server.config import ServerConfig
 from trainer.reward.server.dataset import DatasetIndex, load_dataset
+from trainer.reward.server.ratelog import RateLimitedLog
 from trainer.reward.server.validation import Limits, RequestError, RewardRequest, parse_reward_request
 
 __all__ = ["create_app"]
@@ -30,6 +32,7 @@ __all__ = ["create_app"]
 log = logging.getLogger("trainer.reward.server")
 
 EXTENSION = "rlrun_reward"
+AUTH_LOG_PER_MINUTE = 20
 EXTRACTED_LOG_CHARS = 200
 _ROUTES = "POST /get_reward, GET /health_check"
 _COUNTED_REASONS = (
@@ -55,6 +58,7 @@ class _State:
         self.dataset = dataset
         self.pool = pool
         self.limits = Limits(max_items=config.max_items, max_chars=config.max_chars)
+        self.auth_log = RateLimitedLog(log.warning, per_minute=AUTH_LOG_PER_MINUTE)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -66,22 +70,32 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 
 def _check_auth(state: _State) -> Response | None:
-    """401 without a bearer token, 403 with a wrong one, None when allowed. Never logs the header."""
+    """401 without a bearer token, 403 with a wrong one, None when allowed.
+
+    Every refusal is logged with the peer's address (at most AUTH_LOG_PER_MINUTE lines a
+    minute, then a count); the header's value never is.
+    """
     header = request.headers.get("Authorization")
     challenge = {"WWW-Authenticate": 'Bearer realm="rlrun-reward"'}
+    refusal = None
     if not header:
-        return _error(
-            401, "missing Authorization header; expected 'Authorization: Bearer <token>'", challenge
-        )
-    scheme, _, value = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        return _error(
-            401, "malformed Authorization header; expected 'Authorization: Bearer <token>'", challenge
-        )
-    assert state.token is not None
-    if not hmac.compare_digest(value.strip().encode("utf-8"), state.token):
-        return _error(403, "invalid bearer token")
-    return None
+        refusal = (401, "no token", "missing Authorization header; expected 'Authorization: Bearer <token>'")
+    else:
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            refusal = (401, "not a bearer token",
+                       "malformed Authorization header; expected 'Authorization: Bearer <token>'")  # fmt: skip
+        else:
+            assert state.token is not None
+            if not hmac.compare_digest(value.strip().encode("utf-8"), state.token):
+                refusal = (403, "wrong token", "invalid bearer token")
+    if refusal is None:
+        return None
+    status, why, message = refusal
+    state.auth_log(
+        "refused %s %s from %s: HTTP %d (%s)", request.method, request.path[:100], request.remote_addr, status, why
+    )
+    return _error(status, message, challenge if status == 401 else None)
 
 
 def _read_body(limit: int) -> bytes:
@@ -129,7 +143,9 @@ def _reward_body(
     reasons = [r.reason for r in results]
     n = len(results)
     extra_logs: dict[str, Any] = {
-        "reason": reasons,
+        # "correct:boxed", "wrong:final_expression", "no_answer", ...: the verdict and the
+        # extraction path that found the answer (FALLBACK_STRATEGIES for unmarked responses)
+        "reason": [r.detail for r in results],
         "extracted": [None if r.extracted is None else r.extracted[:EXTRACTED_LOG_CHARS] for r in results],
         "accuracy": sum(scores) / n,
         "n_items": n,
@@ -139,6 +155,7 @@ def _reward_body(
     }
     for reason in _COUNTED_REASONS:
         extra_logs[f"n_{reason}"] = reasons.count(reason)
+    extra_logs["n_unmarked"] = sum(r.path in FALLBACK_STRATEGIES for r in results)
     return {"rewards": scores, "scores": list(scores), "extra_logs": extra_logs}
 
 
@@ -164,6 +181,7 @@ def create_app(
         pool = VerifyPool(
             config.verify_processes,
             timeout=config.timeout,
+            wall_timeout=config.wall_timeout,
             config=math_config,
             max_processes=config.max_verify_processes,
             memory_limit_mb=config.memory_limit_mb,

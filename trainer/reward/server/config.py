@@ -33,7 +33,8 @@ class ServerConfig:
     label_key: str = "answer"
     prompt_template: str = "none"
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
-    timeout: float = 3.0
+    timeout: float = 3.0  # CPU seconds one item may use
+    wall_timeout: float | None = None  # None: 10 * timeout + 30 (VerifyPool's backstop)
     verify_processes: int | None = None  # None: CPUs available
     max_verify_processes: int | None = None  # None: 4 * verify_processes + 4 (room for stuck items)
     max_digits: int = 100_000  # answers with bigger exact values score 0 as "too_complex"; 0: off
@@ -50,6 +51,11 @@ class ServerConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.timeout <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.wall_timeout is not None and self.wall_timeout < self.timeout:
+            raise ConfigError(
+                f"wall_timeout ({self.wall_timeout}) must be >= timeout ({self.timeout}): it is the backstop "
+                "for items that do not get their CPU time"
+            )
         if self.verify_processes is not None and self.verify_processes < 1:
             raise ConfigError(f"verify_processes must be >= 1, got {self.verify_processes}")
         if self.max_digits < 0:
