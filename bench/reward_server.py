@@ -1,6 +1,14 @@
 r"""Benchmark the reward server: real gunicorn on loopback, token auth on.
 
     python bench/reward_server.py [--clients 4] [--batch 256] [--duration 20] [--rate 0.01]
+                                  [--phases clean,radical,tower,cold,idle] [--cold-items 2048]
+
+Phase "cold" (bench/reward_mix.py): a realistic cold mix, every item unique so no cache
+answers it, sent once; it reports verifications per server CPU-second (the whole server
+process tree: gunicorn, Flask, the verify processes) next to plain math-verify in-line on
+the same items in this process, per CPU-second, in the same run (target >= 3x). Phase
+"idle": 200 connections that stop half-way through a request stay open while /health_check
+(p50 / p99) and /get_reward are timed, against the same requests without them.
 
 Phases: (1) clean batches; then the same with ``--rate`` pathological items, each
 string unique so no cache helps: (2) "radical" items (``\sqrt{10^{9xxx}+u}``, sympy
@@ -34,6 +42,9 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from reward_mix import Item, inline_math_verify, make_items, run_cold  # noqa: E402
 
 FILLER = (
     "Let us work through the problem carefully. First we restate what is given, then we set up "
@@ -311,6 +322,9 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=0, help="batches per client instead of --duration")
     ap.add_argument("--rate", type=float, default=0.01, help="pathological fraction in phases 2 and 3")
     ap.add_argument("--patho", default="radical,tower", help="pathological phases to run: radical, tower")
+    ap.add_argument("--phases", default="clean,radical,tower,cold,idle", help="phases to run, in this order")
+    ap.add_argument("--cold-items", dest="cold_items", type=int, default=2048, help="items of the cold mix")
+    ap.add_argument("--idle", type=int, default=200, help="idle connections held open in phase idle")
     ap.add_argument("--baseline-items", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=0)
@@ -322,23 +336,36 @@ def main() -> None:
 
     work = Workload(args.seed)
     token = os.urandom(16).hex()
+    wanted = [p.strip() for p in args.phases.split(",") if p.strip()]
+    cold_items = make_items(args.cold_items, seed=args.seed + 7) if "cold" in wanted else []
+    cold = idle = None
+    phases: list[PhaseResult] = []
     with tempfile.TemporaryDirectory(prefix="reward-bench-") as tmpdir:
         proc, url, log = start_server(args, Path(tmpdir), token)
         try:
             pool_info = requests.get(f"{url}/health_check", timeout=5).json()["pool"]
-            phases = [run_phase("clean", url, token, work, args, 0.0)]
-            for kind in [k for k in args.patho.split(",") if k] if args.rate > 0 else []:
-                name = f"{args.rate:.0%} {kind}s"
-                phases.append(run_phase(name, url, token, work, args, args.rate, kind))
+            for phase in wanted:
+                if phase == "clean":
+                    phases.append(run_phase("clean", url, token, work, args, 0.0))
+                elif phase in ("radical", "tower") and args.rate > 0 and phase in args.patho.split(","):
+                    phases.append(run_phase(f"{args.rate:.0%} {phase}s", url, token, work, args, args.rate, phase))
+                elif phase == "cold":
+                    cold = run_cold(url, token, proc.pid, cold_items, args.batch, args.clients)
+                elif phase == "idle":
+                    idle = run_idle(url, token, work, args)
             pool_after = requests.get(f"{url}/health_check", timeout=5).json()["pool"]
         finally:
             proc.terminate()
             proc.wait(timeout=60)
         server_log = log.read_text()
     assert token not in server_log, "token leaked into the server log"
-    naive, ours = baseline(work, args.baseline_items, args.seed + 99)
-
-    report(args, phases, pool_info, pool_after, naive, ours)
+    if phases:
+        naive, ours = baseline(work, args.baseline_items, args.seed + 99)
+        report(args, phases, pool_info, pool_after, naive, ours)
+    if cold is not None:
+        report_cold(cold, cold_items)
+    if idle is not None:
+        report_idle(idle, args.idle)
 
 
 def report(
@@ -350,7 +377,7 @@ def report(
     ours: float,
 ) -> None:
     """Print the results table, the baseline ratio and the target checks."""
-    timeout = pool_info["timeout_s"]
+    timeout = pool_info["timeout_cpu_s"]
     print(f"\nreward server bench: {args.clients} clients x {args.batch}-item batches, {os.cpu_count()} CPUs, "
           f"server timeout {timeout:g}s, {pool_info['processes']} verify processes "
           f"(max {pool_info['max_processes']}) per gunicorn worker")  # fmt: skip
@@ -401,6 +428,101 @@ def report(
         f"{pool_after['verified']} sent to verify processes; {pool_after['spawned']} processes spawned, "
         f"{pool_after['timeouts']} timeouts, {pool_after['crashes']} crashes"
     )
+
+
+# ---------------------------------------------------------------- idle connections
+
+_SLOW = (
+    b"",
+    b"POST /get_rew",
+    b"POST /get_reward HTTP/1.1\r\nHost: bench\r\nContent-Type: app",
+    b"POST /get_reward HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{",
+)
+
+
+@dataclass
+class IdleRun:
+    health_alone: list[float]
+    health_idle: list[float]
+    reward_alone: list[float]
+    reward_idle: list[float]
+    still_open: int
+
+
+def _time_requests(url: str, token: str, body: bytes, n_health: int, n_reward: int) -> tuple[list[float], list[float]]:
+    health, reward = [], []
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    for _ in range(n_health):
+        t0 = time.perf_counter()
+        requests.get(f"{url}/health_check", timeout=30).raise_for_status()
+        health.append(time.perf_counter() - t0)
+    for _ in range(n_reward):
+        t0 = time.perf_counter()
+        requests.post(f"{url}/get_reward", data=body, headers=headers, timeout=60).raise_for_status()
+        reward.append(time.perf_counter() - t0)
+    return health, reward
+
+
+def run_idle(url: str, token: str, work: Workload, args: argparse.Namespace) -> IdleRun:
+    """/health_check and /get_reward latency with and without ``args.idle`` stalled connections."""
+    body, _ = work.batch(random.Random(args.seed + 3), 64, 0.0)
+    data = json.dumps(body).encode()
+    health_alone, reward_alone = _time_requests(url, token, data, 200, 10)
+    host, port = url.rsplit("/", 1)[1].rsplit(":", 1)
+    socks = []
+    try:
+        for i in range(args.idle):
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            if _SLOW[i % len(_SLOW)]:
+                sock.sendall(_SLOW[i % len(_SLOW)])
+            socks.append(sock)
+        health_idle, reward_idle = _time_requests(url, token, data, 200, 10)
+        still_open = 0
+        for sock in socks:
+            try:
+                still_open += sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+            except BlockingIOError:
+                still_open += 1
+            except OSError:
+                pass
+    finally:
+        for sock in socks:
+            sock.close()
+    return IdleRun(health_alone, health_idle, reward_alone, reward_idle, still_open)
+
+
+def report_idle(run: IdleRun, n: int) -> None:
+    p99 = _percentile(run.health_idle, 0.99) * 1000
+    print(f"\n{n} idle connections ({run.still_open} still open at the end of the measurement):")
+    print(f"  /health_check p50 {statistics.median(run.health_idle) * 1000:.1f} ms, p99 {p99:.1f} ms "
+          f"(without them: p50 {statistics.median(run.health_alone) * 1000:.1f} ms, "
+          f"p99 {_percentile(run.health_alone, 0.99) * 1000:.1f} ms); target p99 < 100 ms: "
+          f"{'MET' if p99 < 100 else 'MISSED'}")  # fmt: skip
+    print(f"  /get_reward (64 items) p50 {statistics.median(run.reward_idle) * 1000:.0f} ms "
+          f"(without them: {statistics.median(run.reward_alone) * 1000:.0f} ms)")  # fmt: skip
+
+
+def report_cold(run, items: list[Item]) -> None:
+    """The cold mix: server verifications per server CPU-second vs in-line math-verify, same items."""
+    print(f"\ncold mix: {run.items} unique items "
+          f"({sum(i.kind not in ('integer', 'fraction', 'decimal') for i in items) / len(items):.0%} symbolic answers, "
+          f"{sum(i.correct for i in items) / len(items):.0%} right), sent once in batches")  # fmt: skip
+    for err in run.errors[:3]:
+        print(f"   error: {err}")
+    server_rate = run.items / run.server_cpu
+    print(f"  server: {run.items / run.wall:.0f} verif/s over {run.wall:.1f} s wall, {run.server_cpu:.1f} CPU-s in the "
+          f"server's process tree = {server_rate:.0f} verif per server CPU-second; cache hits {run.cache_hits}, "
+          f"{run.inline} decided in-line, {run.verified} in verify processes")  # fmt: skip
+    mv_cpu, mv_verdicts = inline_math_verify(items)
+    mv_rate = len(items) / mv_cpu
+    ratio = server_rate / mv_rate
+    print(f"  in-line math-verify, same items, this process: {mv_cpu:.1f} CPU-s = {mv_rate:.0f} verif per CPU-second")
+    print(f"  ratio {ratio:.1f}x; target >= 3x: {'MET' if ratio >= 3 else 'MISSED'}")
+    truth = [int(i.correct) for i in items]
+    ours = sum(int(r == 1.0) == t for r, t in zip(run.rewards, truth, strict=True))
+    theirs = sum(v == t for v, t in zip(mv_verdicts, truth, strict=True))
+    print(f"  verdicts agreeing with the mix's construction: server {ours / len(items):.1%}, "
+          f"math-verify {theirs / len(items):.1%}")  # fmt: skip
 
 
 if __name__ == "__main__":
