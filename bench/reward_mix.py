@@ -11,7 +11,8 @@ and what a policy mid-training writes:
   ``\boxed{}`` (60 %), "The answer is ..." (10 %), ``#### ...`` (10 %), no marker (10 %),
   truncated mid-step (5 %) or an empty / broken box (5 %); most end with ``<|im_end|>``
   as OpenRLHF sends them (special tokens kept);
-* verdicts: 45 % right (a third of those spelled differently from the label), 55 % wrong.
+* verdicts: 45 % right (a third of those spelled differently from the label; ``--respelled``
+  changes that share), 55 % wrong.
 
 Every label and every answer is new (the index is part of each value), so no cache (the
 service's result cache, math-verify's parse caches) can answer an item it saw before.
@@ -39,36 +40,36 @@ def _answer(rng: random.Random, i: int) -> tuple[str, str, str, str]:
     big = 1000 + i
     roll = rng.random()
     if roll < 0.55:
-        n = rng.randint(-50, 50) + big * rng.choice((1, 3, 7))
+        n = 10 * big + rng.randint(0, 9)
         return "integer", str(n), f"{n:,}" if abs(n) >= 1000 else f"{n}.0", str(n + rng.choice((-1, 1, 10, -10, 2)))
     if roll < 0.67:
         den = rng.randint(2, 97)
-        num = big + rng.randint(0, den - 1) * den + 1
+        num = big * den + rng.randint(1, den - 1)
         return ("fraction", rf"\frac{{{num}}}{{{den}}}", f"{num}/{den}" if rng.random() < 0.5 else rf"\dfrac{{{num}}}{{{den}}}",
                 rf"\frac{{{num + 1}}}{{{den}}}")  # fmt: skip
     if roll < 0.72:
         x = big + rng.randint(1, 99) / 100
         return "decimal", f"{x:.2f}", f"{x:.3f}", f"{x + 0.1:.2f}"
     if roll < 0.80:
-        k, r = big % 97 + 2, rng.choice(_SQUAREFREE)
+        k, r = i + 2, rng.choice(_SQUAREFREE)
         return "radical", rf"{k}\sqrt{{{r}}}", rf"\sqrt{{{k * k * r}}}", rf"{k + 1}\sqrt{{{r}}}"
     if roll < 0.85:
-        c = big % 89 + 2
+        c = i + 2
         return "polynomial", f"x^2+{2 * c}x+{c * c}", f"(x+{c})^2", f"(x+{c + 1})^2"
     if roll < 0.89:
-        k, m = big % 83 + 1, rng.randint(2, 12)
+        k, m = 12 * i + 1, rng.randint(2, 12)
         return "pi", rf"\frac{{{k}\pi}}{{{m}}}", rf"\frac{{{k}}}{{{m}}}\pi", rf"\frac{{{k + 2}\pi}}{{{m}}}"
     if roll < 0.93:
-        lo, hi = -(big % 500), big
+        lo, hi = -rng.randint(0, 500), big
         return "interval", f"({lo}, {hi}]", f"({lo},{hi}]", f"[{lo}, {hi}]"
     if roll < 0.96:
-        a, b = big % 71, big % 53 + 100
+        a, b = rng.randint(0, 99), big
         return "tuple", f"({a}, {b})", f"({a},{b})", f"({b}, {a})"
     if roll < 0.98:
-        a, b = big % 61 + 1, -(big % 43) - 1
+        a, b = rng.randint(1, 99), -big
         vec = rf"\begin{{pmatrix}} {a} \\ {b} \end{{pmatrix}}"
         return "vector", vec, vec.replace("pmatrix", "bmatrix"), rf"\begin{{pmatrix}} {b} \\ {a} \end{{pmatrix}}"
-    m, c = big % 37 + 2, big % 29 + 1
+    m, c = rng.randint(2, 40), big
     return "equation", f"y = {m}x + {c}", f"y = {c} + {m}x", f"y = {m}x - {c}"
 
 
@@ -86,14 +87,17 @@ def _step(rng: random.Random) -> str:
     )
 
 
-def make_items(n: int, seed: int = 0) -> list[Item]:
-    """``n`` unique items of the cold mix (deterministic for a seed)."""
+def make_items(n: int, seed: int = 0, respelled: float = 1 / 3) -> list[Item]:
+    """``n`` unique items of the cold mix (deterministic for a seed).
+
+    ``respelled``: share of the right answers written differently from the label.
+    """
     rng = random.Random(seed)
     items = []
     for i in range(n):
         kind, label, equivalent, wrong = _answer(rng, i)
         correct = rng.random() < 0.45
-        answer = (equivalent if rng.random() < 1 / 3 else label) if correct else wrong
+        answer = (equivalent if rng.random() < respelled else label) if correct else wrong
         body = " ".join(_step(rng) for _ in range(rng.randint(3, 12)))
         end = "<|im_end|>" if rng.random() < 0.9 else ""
         roll = rng.random()

@@ -324,6 +324,8 @@ def main() -> None:
     ap.add_argument("--patho", default="radical,tower", help="pathological phases to run: radical, tower")
     ap.add_argument("--phases", default="clean,radical,tower,cold,idle", help="phases to run, in this order")
     ap.add_argument("--cold-items", dest="cold_items", type=int, default=2048, help="items of the cold mix")
+    ap.add_argument("--respelled", type=float, default=1 / 3,
+                    help="share of the cold mix's right answers spelled differently from the label")
     ap.add_argument("--idle", type=int, default=200, help="idle connections held open in phase idle")
     ap.add_argument("--baseline-items", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=0)
@@ -337,7 +339,7 @@ def main() -> None:
     work = Workload(args.seed)
     token = os.urandom(16).hex()
     wanted = [p.strip() for p in args.phases.split(",") if p.strip()]
-    cold_items = make_items(args.cold_items, seed=args.seed + 7) if "cold" in wanted else []
+    cold_items = make_items(args.cold_items, seed=args.seed + 7, respelled=args.respelled) if "cold" in wanted else []
     cold = idle = None
     phases: list[PhaseResult] = []
     with tempfile.TemporaryDirectory(prefix="reward-bench-") as tmpdir:
@@ -507,6 +509,8 @@ def report_cold(run, items: list[Item]) -> None:
     print(f"\ncold mix: {run.items} unique items "
           f"({sum(i.kind not in ('integer', 'fraction', 'decimal') for i in items) / len(items):.0%} symbolic answers, "
           f"{sum(i.correct for i in items) / len(items):.0%} right), sent once in batches")  # fmt: skip
+    kinds = ", ".join(f"{k} {n}" for k, n in Counter(i.kind for i in items).most_common())
+    print(f"  answer kinds: {kinds}")
     for err in run.errors[:3]:
         print(f"   error: {err}")
     server_rate = run.items / run.server_cpu

@@ -241,6 +241,13 @@ def test_clean_answer(raw: str, clean: str) -> None:
         ("1234567.5", "1234567.5", None),  # large floats: precision matters
         (r"\sqrt{2}", "1.414", None),
         ("007", "7", None),  # non-canonical: not on the fast path
+        ("1,234", "1234", True),  # thousands separators, as math-verify reads them in a box
+        ("-12,345,678", "-12345678", True),
+        ("1,234", "1243", False),
+        ("1,23", "123", None),  # not thousands: a list, math-verify decides
+        ("12.5\\%", "12.5", True),  # a percentage equals its number either way (peers' leniency)
+        ("12.5\\%", "0.125", True),
+        ("25\\%", "0.5", False),
         ("[1, 5)", "[1,5)", True),
         ("[1, 5)", "(1, 5)", False),
         ("(-3, 4]", "(-3,5]", False),

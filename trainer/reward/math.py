@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from trainer.reward.extract import DEFAULT_STRATEGIES, clean_answer, extract_answer, extract_boxed
 from trainer.reward.guard import too_big
+from trainer.reward.numeric import clearly_different, same_text
 
 __all__ = [
     "MathRewardConfig",
@@ -150,9 +151,14 @@ _FLOAT_DIGITS = 15
 _FLOAT_ROUNDING_GAP = Fraction(2, 10**6)  # > one unit of math-verify's 6-decimal rounding
 
 
+_THOUSANDS_RE = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+")
+
+
 def _as_number(text: str) -> _Num | None:
     if _INT_RE.fullmatch(text):
         return _Num(Fraction(int(text)), False)
+    if _THOUSANDS_RE.fullmatch(text):  # 1,234: math-verify reads thousands separators in a box
+        return _Num(Fraction(int(text.replace(",", ""))), False)
     if _DEC_RE.fullmatch(text):
         # math-verify rewrites exactly "0.5" to \frac{1}{2} (a Rational); same verdicts either way.
         return _Num(Fraction(text), True, sum(ch.isdigit() for ch in text))
@@ -359,6 +365,10 @@ def quick_check(answer: str | None, label: str, config: MathRewardConfig) -> Rew
             return RewardResult.of(chosen[1] == letter, answer)
     if config.fast_path:
         verdict = fast_compare(answer, label)
+        if verdict is None and same_text(answer, label):
+            verdict = True
+        if verdict is None and clearly_different(answer, label):
+            verdict = False
         if verdict is not None:
             return RewardResult.of(verdict, answer)
     return None
