@@ -3,7 +3,7 @@
     sudo .venv/bin/python bench/bringup.py                 # 2, 4, 8 nodes (as memory allows)
     sudo .venv/bin/python bench/bringup.py --nodes 2 --profile
 
-For each size: a lab of N hosts (rlrun.testing.netns, lab 53), an inventory
+For each size: a lab of N hosts (tests/lab/netns.py, lab 53), an inventory
 (head + N-1 workers, the reward service on the head, 1 CPU and 128 MiB of
 object store per node), then wall time of `ansible-playbook site.yml` fresh
 (the Python stack is already installed: the hosts share this checkout's venv),
@@ -27,8 +27,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from rlrun.testing.inventory import write_cluster_inventory  # noqa: E402
-from rlrun.testing.netns import Lab, LabError  # noqa: E402
+from tests.lab.inventory import write_cluster_inventory  # noqa: E402
+from tests.lab.netns import Lab, LabError  # noqa: E402
 
 # Resident memory of one idle node of this size (raylet, GCS/dashboard on the
 # head, agents, one prestarted worker), measured here: ~0.5 GiB; 0.8 with margin.

@@ -197,6 +197,64 @@ def test_rerun_after_jobs_changes_nothing_and_keeps_dirs_private(cluster):
         assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid(), private
 
 
+def _service_pids(cluster, service: str) -> tuple[int, int]:
+    """(supervisor, command) PIDs of one of the cluster's services on this host."""
+    run_dir = cluster["state"] / ("service" if service == "ray-head" else "reward/service")
+    supervisor = int((run_dir / f"rlrun-{NAME}-{service}.pid").read_text())
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(supervisor)], capture_output=True,
+                              text=True).stdout.split()
+    return supervisor, int(children[0]) if children else -1
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_a_change_left_by_an_interrupted_run_restarts_the_node(cluster):
+    """A run that wrote a new accelerator env and stopped before restarting the node (here: only
+    the accel_env step runs) leaves the node on its old environment; the next run finds the node's
+    digest differs from the one it was started with and restarts it, and only it."""
+    ray_before, reward_before = _service_pids(cluster, "ray-head"), _service_pids(cluster, "reward")
+    (cluster["inv"] / "group_vars" / "all" / "debug.yml").write_text("accel_env__nccl_debug: WARN\n")
+    partial = cluster["root"] / "partial.yml"
+    partial.write_text("- hosts: ray_cluster\n  roles: [cluster, accel_env]\n")
+    written = playbook(cluster["inv"], str(partial))
+    assert written.returncode == 0 and _recap_changed(written.stdout) == 1, written.stdout[-3000:]
+    assert "NCCL_DEBUG='WARN'" in (cluster["state"] / "accel.env").read_text()
+    assert _service_pids(cluster, "ray-head") == ray_before  # the "interrupted" run restarted nothing
+
+    again = playbook(cluster["inv"], "site.yml")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert "Restart the service because its definition changed" in again.stdout
+    ray_after = _service_pids(cluster, "ray-head")
+    assert ray_after[0] != ray_before[0] and _environ(ray_after[1]).get("NCCL_DEBUG") == "WARN"
+    assert _service_pids(cluster, "reward") == reward_before  # it does not load the accelerator env
+    assert _recap_changed(playbook(cluster["inv"], "site.yml").stdout) == 0
+
+
+def test_a_new_token_restarts_every_service_that_reads_it(cluster):
+    """Token rotation: a new cluster__token is installed once per host and restarts the Ray node and
+    the reward service (both read that file); the old token is refused afterwards."""
+    old = (cluster["state"] / "auth_token").read_text().strip()
+    new = "5e" * 32
+    ray_before, reward_before = _service_pids(cluster, "ray-head"), _service_pids(cluster, "reward")
+    (cluster["inv"] / "group_vars" / "all" / "token.yml").write_text(f"cluster__token: '{new}'\n")
+    again = playbook(cluster["inv"], "site.yml")
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert (cluster["state"] / "auth_token").read_text() == new
+    assert _service_pids(cluster, "ray-head")[0] != ray_before[0]
+    assert _service_pids(cluster, "reward")[0] != reward_before[0]
+    jobs = f"{cluster['url']}/api/jobs/"
+    assert requests.get(jobs, headers={"Authorization": f"Bearer {new}"}, timeout=10).status_code == 200
+    assert requests.get(jobs, headers={"Authorization": f"Bearer {old}"}, timeout=10).status_code == 403
+    reward = f"http://{ADDRESS}:{PORT + 50}/get_reward"
+    assert requests.post(reward, json=REWARD_BODY, headers={"Authorization": f"Bearer {new}"},
+                         timeout=10).json()["rewards"] == [1.0]
+    assert requests.post(reward, json=REWARD_BODY, headers={"Authorization": f"Bearer {old}"},
+                         timeout=10).status_code == 403
+
+
 def test_supervisor_restarts_a_killed_node(cluster):
     token = (cluster["state"] / "auth_token").read_text()
     supervisor = int(cluster["pidfile"].read_text())

@@ -20,29 +20,25 @@ import pytest
 import yaml
 
 from rlrun.dashboard import list_nodes
-from rlrun.testing.inventory import set_host_vars, write_cluster_inventory
-from rlrun.testing.netns import Lab
 from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
+from tests.lab.inventory import set_host_vars, write_cluster_inventory
+from tests.lab.netns import Lab
 
 pytestmark = pytest.mark.integration
 
+LAB = Path(__file__).resolve().parents[1] / "lab" / "netns.py"
 HOSTS = {"head": "10.244.52.11", "worker1": "10.244.52.12", "worker2": "10.244.52.13"}
 A, A_PORT = "mna", 9100  # the cluster under test: ports 9100-9399, reward service on the head at 9150
 B, B_PORT = "mnb", 9400  # a second cluster on the same hosts: ports 9400-9599 (workers 9500-9599)
 
 
-def _root_with_tools() -> str | None:
-    if os.geteuid() != 0:
-        return "network-namespace hosts need root"
-    missing = [t for t in ("ip", "unshare", "ssh", "ssh-keygen", "/usr/sbin/sshd") if not shutil.which(t)]
-    return f"missing {missing} (apt-get install iproute2 openssh-server)" if missing else None
-
-
 @pytest.fixture(scope="module")
 def lab():
-    why = _root_with_tools()
-    if why:
-        pytest.skip(why)
+    # Never a silent skip: `make test` installs what the lab needs first (scripts/system-deps.sh).
+    check = subprocess.run([str(Path(__file__).resolve().parents[2] / "scripts" / "system-deps.sh"), "--check"],
+                           capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.fail(f"the namespace lab cannot run here: {check.stderr.strip()}", pytrace=False)
     lab = Lab(52, dict(HOSTS), owner=f"pytest-{os.getpid()}").create()
     try:
         yield lab
@@ -347,11 +343,11 @@ def test_teardown_leaves_a_second_cluster_on_the_same_hosts_running(lab, cluster
 
 
 def test_the_lab_refuses_to_be_created_twice(lab):
-    again = subprocess.run([sys.executable, "-m", "rlrun.testing.netns", "create", "--index", "52",
+    again = subprocess.run([sys.executable, str(LAB), "create", "--index", "52",
                             "--host", "x=10.244.52.20"], capture_output=True, text=True)
     assert again.returncode == 1
     assert "lab 52 (10.244.52.0/24) cannot be created, these exist already: namespace rlrun52-" in again.stderr
-    other = subprocess.run([sys.executable, "-m", "rlrun.testing.netns", "destroy", "--index", "52",
+    other = subprocess.run([sys.executable, str(LAB), "destroy", "--index", "52",
                             "--owner", "someone-else"], capture_output=True, text=True)
     assert other.returncode == 1 and f"belongs to 'pytest-{os.getpid()}'" in other.stderr
     assert json.loads((lab.dir / "lab.json").read_text())["hosts"].keys() == HOSTS.keys()

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from rlrun.testing.netns import Lab, LabError
+from tests.lab.netns import Lab, LabError
+
+LAB = Path(__file__).resolve().parents[1] / "lab" / "netns.py"
 
 
 @pytest.mark.parametrize(("index", "hosts", "message"), [
@@ -32,6 +35,6 @@ def test_every_name_derives_from_the_index():
 
 
 def test_the_cli_names_the_bad_host_spec():
-    proc = subprocess.run([sys.executable, "-m", "rlrun.testing.netns", "create", "--index", "51", "--host", "head"],
+    proc = subprocess.run([sys.executable, str(LAB), "create", "--index", "51", "--host", "head"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--host 'head': expected NAME=ADDRESS" in proc.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from rlrun.testing.netns import Lab
+from tests.lab.netns import Lab
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 

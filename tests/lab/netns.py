@@ -17,9 +17,9 @@ Ansible then reaches each host over real SSH, and Ray nodes and the reward
 service started there have their own address and port space and talk over real
 TCP. Filesystem, PID space, /tmp and /dev/shm stay shared with the machine.
 
-    python -m rlrun.testing.netns create --index 51 --host head=10.244.51.11 --host w1=10.244.51.12
-    python -m rlrun.testing.netns destroy --index 51
-    python -m rlrun.testing.netns leftovers --index 51   # lists what is left; exit 1 if anything
+    python tests/lab/netns.py create --index 51 --host head=10.244.51.11 --host w1=10.244.51.12
+    python tests/lab/netns.py destroy --index 51
+    python tests/lab/netns.py leftovers --index 51   # lists what is left; exit 1 if anything
 
 Every name is derived from the index, so ``destroy`` needs only the index, also
 after a crash: it ends the processes of each namespace by PID (``ip netns
@@ -194,7 +194,7 @@ class Lab:
                 found.append(f"route {dst} via {route.get('dev', '?')}")
         if found:
             raise LabError(f"lab {self.index} ({self.subnet}) cannot be created, these exist already: {', '.join(found)}. "
-                           f"If a previous run left them: python -m rlrun.testing.netns destroy --index {self.index}; "
+                           f"If a previous run left them: python tests/lab/netns.py destroy --index {self.index}; "
                            "else choose another --index")
 
     def create(self, ready_timeout: float = 20.0) -> Lab:
@@ -267,7 +267,7 @@ class Lab:
         # A stock root shell: sshd runs every command through root's bash, which reads
         # ~/.bashrc; this machine's (pyenv init) costs ~0.4 s per command, not what a
         # fresh host has. The lab's sessions see an empty one (their mount namespace only).
-        (hd / "bashrc").write_text("# lab host: a stock root shell (rlrun.testing.netns)\n")
+        (hd / "bashrc").write_text("# lab host: a stock root shell (tests/lab/netns.py)\n")
         bashrc = Path(pwd.getpwuid(0).pw_dir) / ".bashrc"
         hide = f'mount --bind "$6" {shlex.quote(str(bashrc))} && ' if bashrc.is_file() else ""
         # ip netns exec, unshare and sh all exec: the PID we get is sshd's own.
@@ -437,7 +437,7 @@ def _parse_host(spec: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlrun.testing.netns", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python tests/lab/netns.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     create = sub.add_parser("create", help="build the lab's bridge, namespaces and sshds")

@@ -1,1 +1,0 @@
-"""Test helpers that ship with rlrun: network-namespace hosts (`rlrun.testing.netns`)."""
