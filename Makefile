@@ -1,6 +1,8 @@
 # The two set-up commands of the README:
 #   make demo   venv + pinned stack, provision the embedded one-machine cluster, run a job on it
-#   make test   venv + pinned stack, lint, pytest (unit + integration), molecule default + multinode
+#   make test   system packages, venv + pinned stack, lint, pytest (unit + integration), every
+#               molecule scenario (what CI runs)
+# The edit loop: make check (lint + unit tests, no cluster, no root).
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
@@ -44,17 +46,24 @@ lint: venv
 	yamllint -s .
 	ansible-lint --profile production --offline
 
+check: venv lint
+	python -m pytest -q tests/unit
+
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must.
 # In-process vLLM tests run in a second process (see pyproject's vllm_inproc marker).
 pytest: venv
-	python -m pytest -ra
+	python -m pytest -ra --durations=30
 	python -m pytest -ra -m vllm_inproc tests/integration/test_vllm_engine.py
 
-# multinode: 4 hosts made of network namespaces on this machine (needs root,
-# iproute2 and openssh-server; .ci/run installs them), converged over SSH.
+# The cluster scenarios: default (site.yml on this machine) and multinode (4 hosts
+# made of network namespaces, converged over SSH; needs root, iproute2 and
+# openssh-server: system-deps installs them). Then one scenario per role, each
+# that role alone with the cluster role (roles/<role>/README.md says what it checks).
+MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server preflight
 molecule: venv
 	molecule test -s default
 	molecule test -s multinode
+	set -e; for s in $(MOLECULE_ROLES); do molecule test -s $$s; done
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
