@@ -61,12 +61,43 @@ def default_inventory() -> Path:
     return local if local.exists() else PROJECT_DIR / "inventory"
 
 
-def _cluster_vars(loader, kind: str) -> dict:
-    """roles/cluster/<kind>/main.yml, trusted as templates exactly as Ansible trusts them in a play."""
+def role_vars(loader, role: str, kind: str) -> dict:
+    """roles/<role>/<kind>/main.yml, trusted as templates exactly as Ansible trusts them in a play."""
     from ansible.template import trust_as_template
 
-    data = loader.load_from_file(str(PROJECT_DIR / "roles" / "cluster" / kind / "main.yml")) or {}
-    return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()}
+    def trust(value):
+        if isinstance(value, str):
+            return trust_as_template(value)
+        if isinstance(value, dict):
+            return {k: trust(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [trust(v) for v in value]
+        return value
+
+    data = loader.load_from_file(str(PROJECT_DIR / "roles" / role / kind / "main.yml")) or {}
+    return {k: trust(v) for k, v in data.items()}
+
+
+def _cluster_vars(loader, kind: str) -> dict:
+    return role_vars(loader, "cluster", kind)
+
+
+def open_inventory(inv_path: Path, vault_password_file: str | None = None):
+    """(loader, inventory, variable manager, hostvars) of `inv_path` through Ansible's own API."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    if vault_password_file:
+        from ansible.cli import CLI
+
+        for secret in CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[vault_password_file]):
+            loader.set_vault_secrets([secret])
+    inv = InventoryManager(loader=loader, sources=[str(inv_path)])
+    varmgr = VariableManager(loader=loader, inventory=inv)
+    return loader, inv, varmgr, HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
 
 
 def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file: str | None = None) -> Cluster:
@@ -77,26 +108,13 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
                          "pass --inventory or set RLRUN_INVENTORY)")
     # Ansible imports are slow (~0.5 s): keep them out of `rlrun --help`.
     from ansible.errors import AnsibleError
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
-    from ansible.vars.manager import VariableManager
 
-    loader = DataLoader()
-    if vault_password_file:
-        from ansible.cli import CLI
-
-        for secret in CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[vault_password_file]):
-            loader.set_vault_secrets([secret])
     try:
-        inv = InventoryManager(loader=loader, sources=[str(inv_path)])
+        loader, inv, varmgr, all_hostvars = open_inventory(inv_path, vault_password_file)
         heads = inv.get_groups_dict().get("ray_head", [])
         if len(heads) != 1:
             raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
-        varmgr = VariableManager(loader=loader, inventory=inv)
-        from ansible.vars.hostvars import HostVars
-
-        all_hostvars = HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
         defaults, derived = _cluster_vars(loader, "defaults"), _cluster_vars(loader, "vars")
 
         def host_getter(name: str):

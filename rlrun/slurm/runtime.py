@@ -1,0 +1,233 @@
+"""`python -m rlrun.slurm.runtime`: what the sbatch script asks the job's venv on the nodes.
+
+    ports      --job-id N [--port-window LO-HI] [--port-block N] [--deny-ports LIST]
+               print the job's port block as PORT_NAME=PORT lines (rlrun.slurm.ports)
+    free       --address IP PORT...      exit 1 naming the first port something on IP already holds
+    wait       --dashboard URL [--node-ip IP]... [--reward-url URL]... [--watch PID=LABEL]... [--timeout S]
+               wait until every node is alive and every reward service answers /health_check; fail at
+               once when a watched process (a node's srun step) has ended. Token: $RLRUN_TOKEN_FILE.
+    inventory  --dir D --name NAME --head NODE=IP [--worker NODE=IP]... [--reward NODE=IP]
+               [--token-file F] [--reward-token-file F] --job-id N
+               write the running cluster as an inventory `rlrun -i D` reads (ports from $PORT_*)
+    record     --file F KEY=VALUE...     merge into the job's JSON record (written 0600)
+
+Every failure is one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from rlrun.errors import RlrunError
+from rlrun.slurm import ports as P
+
+
+def cmd_ports(args) -> None:
+    deny = P.parse_ranges(args.deny_ports) if args.deny_ports is not None else None
+    block = P.block_for_job(args.job_id, P.parse_window(args.port_window), args.port_block, deny)
+    for name, port in block.ports().items():
+        print(f"{name}={port}")
+
+
+def cmd_free(args) -> None:
+    for port in args.ports:
+        with socket.socket() as s:
+            try:
+                s.bind((args.address, port))
+            except OSError as exc:
+                raise RlrunError(f"port {args.address}:{port} of this job's block is taken ({exc.strerror}): "
+                                 "another process on this node holds it; resubmit (the next job id gets another "
+                                 "block) or choose --port-window / --deny-ports") from None
+
+
+def cmd_wait(args) -> None:
+    from rlrun.dashboard import list_nodes, reward_health
+    from rlrun.nodecheck import read_token_file
+
+    token = read_token_file(os.environ.get("RLRUN_TOKEN_FILE"))
+    watch = {}
+    for item in args.watch:
+        pid, _, label = item.partition("=")
+        watch[int(pid)] = label or pid
+    started = time.monotonic()
+    deadline = started + args.timeout
+    waiting_nodes, waiting_rewards = list(args.node_ip), list(args.reward_url)
+    last = "no answer yet"
+    while True:
+        for pid, label in watch.items():
+            if not _alive(pid):
+                raise RlrunError(f"{label} ended before the cluster was up (its output is above)")
+        if waiting_nodes:
+            try:
+                alive = {n.node_ip for n in list_nodes(args.dashboard, token, timeout=5.0) if n.alive}
+                for ip in [ip for ip in waiting_nodes if ip in alive]:
+                    print(f"node {ip} alive after {time.monotonic() - started:.1f} s", flush=True)
+                    waiting_nodes.remove(ip)
+                last = f"alive: {sorted(alive)}"
+            except RlrunError as exc:
+                last = str(exc)
+                if "refused the token" in last:
+                    raise
+        for url in list(waiting_rewards):
+            status = reward_health(url, timeout=2.0)
+            if status == "ok":
+                print(f"reward service {url} healthy after {time.monotonic() - started:.1f} s", flush=True)
+                waiting_rewards.remove(url)
+            else:
+                last = f"reward service {url}: {status}"
+        if not waiting_nodes and not waiting_rewards:
+            return
+        if time.monotonic() > deadline:
+            raise RlrunError(f"after {args.timeout:.0f} s still waiting for nodes {waiting_nodes} and reward "
+                             f"services {waiting_rewards} ({last})")
+        time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, ip = text.partition("=")
+    if not sep or not name or not ip:
+        raise RlrunError(f"{text!r}: expected NODE=IP")
+    return name, ip
+
+
+def cmd_inventory(args) -> None:
+    import yaml
+
+    from rlrun.slurm.spec import PORT_VARS
+
+    ports = {}
+    for var, name in PORT_VARS.items():
+        value = os.environ.get(name, "")
+        if not value.isdigit():
+            raise RlrunError(f"${name} = {value!r}: expected the job's port (set by the sbatch script)")
+        ports[var] = int(value)
+    root = Path(args.dir)
+    head = dict([_pair(args.head)])
+    workers = dict(_pair(w) for w in args.worker)
+    rewards = dict(_pair(r) for r in args.reward)
+    secrets = root / ".secrets"
+    secrets.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    os.chmod(secrets, 0o700)
+    store = secrets / f"{args.name}-ray.token"
+    if args.token_file:
+        _copy_private(Path(args.token_file), store)
+    if args.reward_token_file:
+        _copy_private(Path(args.reward_token_file), secrets / f"{args.name}-reward.token")
+
+    def host(name: str, ip: str) -> dict:
+        return {"cluster__node_address": ip, "ansible_host": ip}
+
+    inv = {"all": {"children": {
+        "ray_cluster": {"children": {
+            "ray_head": {"hosts": {n: host(n, ip) for n, ip in head.items()}},
+            "ray_workers": {"hosts": {n: host(n, ip) for n, ip in workers.items()}}}},
+        "reward_servers": {"hosts": {n: host(n, ip) for n, ip in rewards.items()}}}}}
+    group_vars = {
+        "cluster__name": args.name,
+        "cluster__auth_enabled": True,
+        "cluster__token_store": str(store),
+        **ports,
+        # Informational: which Slurm job runs this cluster (rlrun slurm status / cancel).
+        "rlrun__slurm_job_id": args.job_id,
+    }
+    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    header = (f"# The Ray cluster of Slurm job {args.job_id}, written by its sbatch script (rlrun slurm).\n"
+              "# `rlrun -i THIS_DIR status|submit|list|logs|stop` talk to it; it lives as long as the job.\n"
+              "# Not for ansible-playbook: Slurm, not Ansible, runs these nodes.\n")
+    _write_private(root / "hosts.yml", header + yaml.safe_dump(inv, sort_keys=False))
+    _write_private(root / "group_vars" / "all" / "main.yml", header + yaml.safe_dump(group_vars, sort_keys=False))
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _copy_private(src: Path, dst: Path) -> None:
+    try:
+        _write_private(dst, src.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RlrunError(f"cannot copy {src} to {dst}: {exc.strerror}") from None
+
+
+def cmd_record(args) -> None:
+    path = Path(args.file)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, ValueError):
+        data = {}
+    for item in args.items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise RlrunError(f"{item!r}: expected KEY=VALUE")
+        data[key] = int(value) if value.lstrip("-").isdigit() and key != "nodes" else value
+    data["updated"] = time.time()
+    _write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlrun.slurm.runtime", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("ports")
+    p.add_argument("--job-id", type=int, required=True)
+    p.add_argument("--port-window", default=f"{P.DEFAULT_WINDOW[0]}-{P.DEFAULT_WINDOW[1]}")
+    p.add_argument("--port-block", type=int, default=P.DEFAULT_BLOCK)
+    p.add_argument("--deny-ports", default=None)
+    p = sub.add_parser("free")
+    p.add_argument("--address", required=True)
+    p.add_argument("ports", type=int, nargs="+")
+    p = sub.add_parser("wait")
+    p.add_argument("--dashboard", required=True)
+    p.add_argument("--node-ip", action="append", default=[])
+    p.add_argument("--reward-url", action="append", default=[])
+    p.add_argument("--watch", action="append", default=[])
+    p.add_argument("--timeout", type=float, default=180.0)
+    p = sub.add_parser("inventory")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--head", required=True)
+    p.add_argument("--worker", action="append", default=[])
+    p.add_argument("--reward", action="append", default=[])
+    p.add_argument("--token-file")
+    p.add_argument("--reward-token-file")
+    p.add_argument("--job-id", required=True)
+    p = sub.add_parser("record")
+    p.add_argument("--file", required=True)
+    p.add_argument("items", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        {"ports": cmd_ports, "free": cmd_free, "wait": cmd_wait, "inventory": cmd_inventory,
+         "record": cmd_record}[args.action](args)
+    except (RlrunError, P.PortError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,276 @@
+"""The node-start spec, evaluated from the roles' own files for a Slurm job.
+
+A Ray node started by ``site.yml`` and one started inside a Slurm allocation
+must be the same node: the same ``ray start`` flags, the same env files in the
+same order (accelerator env, then Ray's auth / HOME / PATH env), the same
+reward-service command. So nothing here restates them: this module evaluates
+the very expressions the roles use (``roles/ray_node/vars/main.yml``'s
+``ray_node__command``, ``ray_node__env_files``, its ``templates/ray.env.j2``,
+``roles/accel_env``'s ``accel_env__vars`` and ``templates/accel.env.j2``,
+``roles/reward_server/vars/main.yml``'s ``reward_server__command``) with
+Ansible's own templar, with the precedence of a play that lists the cluster
+role first: role defaults < the inventory's variables < role vars < the Slurm
+job's values.
+
+The values only the allocation knows (the node's name and address, the head's
+address, the per-job ports, temp and state dirs, the user's home) enter as
+placeholders ``@@rlrun:NAME@@`` and come out of :func:`shell_word` /
+:func:`heredoc` as the shell variables ``${NAME}`` the sbatch script sets on
+each node. Substituting a host's inventory values for them gives back the role's
+command for that host; the golden test (tests/integration/test_slurm.py) checks
+exactly that against ``ansible-playbook``'s own evaluation.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlrun.errors import RlrunError
+from rlrun.slurm.ports import OFFSETS
+
+PLACEHOLDER_RE = re.compile(r"@@rlrun:([A-Z][A-Z0-9_]*)@@")
+
+
+def ph(name: str) -> str:
+    """The placeholder for shell variable `name`."""
+    return f"@@rlrun:{name}@@"
+
+
+# Shell variables the script sets on each node before it uses the spec, and what they hold.
+RUNTIME = {
+    "NODE": "the Slurm node's name ($SLURMD_NODENAME): the role's inventory_hostname",
+    "NODE_IP": "this node's address (explicit, per node): cluster__node_address",
+    "HEAD_IP": "the head's address: cluster__head_address",
+    "USER_HOME": "the user's home on the node: ansible_env.HOME",
+    "USER_NAME": "the user's name: ansible_user_id",
+    "STATE_DIR": "the node's per-job state dir (env files, tokens, HOME of Ray): cluster__state_dir",
+    "TEMP_DIR": "the node's per-job Ray temp dir (short; sockets): cluster__ray_temp_dir",
+    "SPILL_DIR": "the node's per-job object spilling dir: cluster__ray_spill_dir",
+    "NUM_CPUS": "CPUs Slurm gave the job on this node ($SLURM_CPUS_ON_NODE): ray_node__num_cpus",
+    **{name: f"the job's port block, {name.lower()[5:]}" for name in OFFSETS},
+    "PORT_WORKER_MIN": "the job's port block, first worker port: cluster__ray_min_worker_port",
+    "PORT_WORKER_MAX": "the job's port block, last worker port: cluster__ray_max_worker_port",
+}
+
+# Role variable -> shell variable: what the allocation decides instead of the inventory.
+PORT_VARS = {
+    "cluster__ray_gcs_port": "PORT_GCS",
+    "cluster__ray_dashboard_port": "PORT_DASHBOARD",
+    "cluster__ray_client_server_port": "PORT_CLIENT",
+    "cluster__ray_node_manager_port": "PORT_NODE_MANAGER",
+    "cluster__ray_object_manager_port": "PORT_OBJECT_MANAGER",
+    "cluster__ray_dashboard_agent_listen_port": "PORT_AGENT_HTTP",
+    "cluster__ray_dashboard_agent_grpc_port": "PORT_AGENT_GRPC",
+    "cluster__ray_runtime_env_agent_port": "PORT_RUNTIME_ENV",
+    "cluster__ray_metrics_export_port": "PORT_METRICS",
+    "cluster__ray_min_worker_port": "PORT_WORKER_MIN",
+    "cluster__ray_max_worker_port": "PORT_WORKER_MAX",
+    "cluster__reward_port": "PORT_REWARD",
+}
+ROLES = ("cluster", "ray_node", "accel_env", "reward_server")
+MANAGED = "rendered by rlrun slurm from the roles' own templates"
+
+
+@dataclass
+class NodeSpec:
+    """What a node of the Slurm job runs, with placeholders for the allocation's values."""
+
+    cluster_name: str
+    accelerator: str
+    venv: str
+    nofile_limit: str
+    head_argv: list[str]
+    worker_argv: list[str]
+    env_files: list[str]  # loaded in this order before ray.env (ray_node__env_files)
+    ray_env_file: str
+    ray_env: str  # the text of ray.env (roles/ray_node/templates/ray.env.j2)
+    accel_env_file: str
+    accel_env: str  # the text of accel.env (roles/accel_env/templates/accel.env.j2)
+    accel_vars: dict[str, str]
+    token_file: str
+    reward_argv: list[str]
+    reward_token_file: str
+    inventory: Path = field(default_factory=Path)
+    head_host: str = ""
+
+
+def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpus: str | int | None = None,
+             num_gpus: int | None = None, object_store_memory: int | None = None,
+             spill_dir: str | None = None) -> NodeSpec:
+    """The spec for a Slurm job of the cluster `inventory` describes (its head host's variables).
+
+    num_cpus / num_gpus / object_store_memory replace the inventory's ray_node__* values when given;
+    CPUs default to what Slurm gives the job on each node. spill_dir replaces the per-job default
+    (<state dir>/spill) with a path on the nodes that may use ${NODE} etc.
+    """
+    from ansible.errors import AnsibleError
+    from ansible.template import Templar, trust_as_template
+
+    from rlrun.inventory import open_inventory, role_vars
+
+    if not inventory.exists():
+        raise RlrunError(f"inventory {inventory} does not exist (expected an Ansible inventory file or directory)")
+    try:
+        loader, inv, varmgr, hostvars = open_inventory(inventory, vault_password_file)
+        heads = inv.get_groups_dict().get("ray_head", [])
+        if len(heads) != 1:
+            raise RlrunError(f"inventory {inventory}: group ray_head must hold exactly one host, found {heads}")
+        own = varmgr.get_vars(host=inv.get_host(heads[0]))
+        _refuse_placeholders(own, inventory)
+        defaults = {k: v for role in ROLES for k, v in role_vars(loader, role, "defaults").items()}
+        derived = {k: v for role in ROLES for k, v in role_vars(loader, role, "vars").items()}
+        renamed = sorted(old for old in derived["cluster__renamed"] if old in own)
+        if renamed:
+            raise RlrunError(f"inventory {inventory}: {', '.join(renamed)} set, but renamed: write "
+                             + ", ".join(derived["cluster__renamed"][old] for old in renamed)
+                             + " (roles/cluster/README.md)")
+        job = {
+            "inventory_hostname": ph("NODE"),
+            "ansible_env": {"HOME": ph("USER_HOME")},
+            "ansible_user_id": ph("USER_NAME"),
+            "ansible_managed": MANAGED,
+            "hostvars": hostvars,
+            "groups": inv.get_groups_dict(),
+            "cluster__node_address": ph("NODE_IP"),
+            "cluster__head_address": ph("HEAD_IP"),
+            "cluster__state_dir": ph("STATE_DIR"),
+            "cluster__ray_temp_dir": ph("TEMP_DIR"),
+            "cluster__ray_spill_dir": spill_dir or ph("SPILL_DIR"),
+            # Every service of a job on shared nodes is behind its job's token.
+            "cluster__auth_enabled": True,
+            "reward_server__auth_enabled": True,
+            # Slurm binds the GPUs of the allocation (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES per step);
+            # a device list from the inventory would fight it.
+            "accel_env__visible_devices": [],
+            "ray_node__num_cpus": str(num_cpus) if num_cpus is not None else ph("NUM_CPUS"),
+            **{var: ph(name) for var, name in PORT_VARS.items()},
+        }
+        if num_gpus is not None:
+            job["ray_node__num_gpus"] = num_gpus
+        if object_store_memory is not None:
+            job["ray_node__object_store_memory"] = object_store_memory
+        variables = {**defaults, **own, **derived, **job}
+
+        def templar(extra: dict) -> Templar:
+            return Templar(loader=loader, variables={**variables, **extra})
+
+        def get(name: str, extra: dict | None = None):
+            return templar(extra or {}).template(variables[name] if name in variables else extra[name])
+
+        def render(template: str, extra: dict | None = None) -> str:
+            text = (Path(__file__).resolve().parent.parent.parent / "roles" / template).read_text(encoding="utf-8")
+            out = templar(extra or {}).template(trust_as_template(text), escape_backslashes=False,
+                                                overrides={"trim_blocks": True, "lstrip_blocks": False,
+                                                           "newline_sequence": "\n"})
+            return out or ""
+
+        head, worker = {"cluster__is_head": True}, {"cluster__is_head": False}
+        # The contract's own checks (name, accelerator, limits, switches), on a sample of the job's values.
+        sample = {var: port for var, port in zip(PORT_VARS, _sample_ports(), strict=True)}
+        problems = get("cluster__problems", {**worker, **sample, "inventory_hostname": heads[0],
+                                             "cluster__node_address": "10.0.0.1", "cluster__is_node": True})
+        if problems:
+            raise RlrunError(f"inventory {inventory}: " + "; ".join(str(p) for p in problems))
+        reward_token = f"{ph('STATE_DIR')}/reward_token"
+        # The reward service's own token: the role passes --token-file cluster__token_file (the cluster
+        # token) today; a job on shared nodes gives it a token of its own (cluster__reward_token_file is
+        # the contract's name for it where the roles have one).
+        reward = {"cluster__token_file": reward_token, "cluster__reward_token_file": reward_token}
+        spec = NodeSpec(
+            cluster_name=str(get("cluster__name")),
+            accelerator=str(get("cluster__accelerator")),
+            venv=str(get("cluster__venv")),
+            nofile_limit=str(get("cluster__nofile_limit")),
+            head_argv=[str(a) for a in get("ray_node__command", head)],
+            worker_argv=[str(a) for a in get("ray_node__command", worker)],
+            env_files=[str(f) for f in get("ray_node__env_files", worker)],
+            ray_env_file=str(get("ray_node__env_file", worker)),
+            ray_env=render("ray_node/templates/ray.env.j2", worker),
+            accel_env_file=str(get("cluster__accel_env_file")),
+            accel_env=render("accel_env/templates/accel.env.j2"),
+            accel_vars={str(k): str(v) for k, v in get("accel_env__vars").items()},
+            token_file=str(get("cluster__token_file")),
+            reward_argv=[str(a) for a in get("reward_server__command", reward)],
+            reward_token_file=reward_token,
+            inventory=inventory,
+            head_host=heads[0],
+        )
+    except AnsibleError as exc:
+        raise RlrunError(f"inventory {inventory}: {exc.message}") from None
+    _check_accel_inputs(spec, get)
+    return spec
+
+
+def _sample_ports() -> list[int]:
+    """Ports of job 0's block, in the order of PORT_VARS."""
+    from rlrun.slurm.ports import block_for_job
+
+    block = block_for_job(0).ports()
+    return [block[name] for name in PORT_VARS.values()]
+
+
+def _check_accel_inputs(spec: NodeSpec, get) -> None:
+    """The accel_env role's own input check (its tasks/main.yml), which a Slurm job cannot run."""
+    extra = get("accel_env__extra") or {}
+    clash = sorted(set(extra) & set(spec.accel_vars))
+    if clash:
+        raise RlrunError(f"accel_env__extra may not redefine {clash}, which accel_env computes")
+    ifname = get("accel_env__gloo_socket_ifname")
+    if ifname and re.search(r"[,^ ]", str(ifname)):
+        raise RlrunError(f"accel_env__gloo_socket_ifname = {ifname}: GLOO_SOCKET_IFNAME takes one interface name")
+
+
+def _refuse_placeholders(values, inventory: Path) -> None:
+    for key, value in values.items():
+        if isinstance(value, str) and "@@rlrun:" in value:
+            raise RlrunError(f"inventory {inventory}: {key} holds '@@rlrun:', which rlrun slurm uses for its own "
+                             "placeholders; remove it")
+
+
+def placeholders(text: str) -> set[str]:
+    return set(PLACEHOLDER_RE.findall(text))
+
+
+def _unknown(text: str) -> None:
+    unknown = placeholders(text) - set(RUNTIME)
+    if unknown:
+        raise RlrunError(f"internal: placeholders {sorted(unknown)} have no shell variable")
+
+
+def shell_word(value: str) -> str:
+    """One shell word: quoted literally, or double-quoted with ${NAME} for each placeholder."""
+    _unknown(value)
+    if not PLACEHOLDER_RE.search(value):
+        return shlex.quote(value)
+    out, pos = ['"'], 0
+    for m in PLACEHOLDER_RE.finditer(value):
+        out.append(_dq_escape(value[pos:m.start()]))
+        out.append("${" + m.group(1) + "}")
+        pos = m.end()
+    out.append(_dq_escape(value[pos:]))
+    out.append('"')
+    return "".join(out)
+
+
+def _dq_escape(text: str) -> str:
+    return re.sub(r'([\\"$`])', r"\\\1", text)
+
+
+def heredoc(text: str) -> str:
+    """Text for an unquoted heredoc: literal except for ${NAME} at each placeholder."""
+    _unknown(text)
+    out, pos = [], 0
+    for m in PLACEHOLDER_RE.finditer(text):
+        out.append(re.sub(r"([\\$`])", r"\\\1", text[pos:m.start()]))
+        out.append("${" + m.group(1) + "}")
+        pos = m.end()
+    out.append(re.sub(r"([\\$`])", r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def substitute(value: str, values: dict[str, str]) -> str:
+    """`value` with each placeholder replaced by values[NAME] (what the shell would do)."""
+    return PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), value)
