@@ -434,6 +434,15 @@ def stop(obj, job_id):
     click.echo(f"{job_id}: {'stop requested' if stopped else 'not running (' + jobs.status(job_id) + ')'}")
 
 
+def _add_slurm() -> None:
+    from rlrun.slurm.cli import slurm
+
+    cli.add_command(slurm)
+
+
+_add_slurm()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: RlrunError -> one line on stderr, exit 1."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
