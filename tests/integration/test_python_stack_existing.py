@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def _run_role(tmp_path, venv, imports, extra_paths):
     play = [{"hosts": "localhost", "gather_facts": True, "gather_subset": ["min"],
-             "vars": {"cluster__venv": str(venv)},
+             "vars": {"cluster__venv": str(venv), "cluster__state_dir": str(tmp_path / "state")},
              "roles": ["cluster", {"role": "python_stack", "vars": {
                  "python_stack__install": False,
                  "python_stack__python": sys.executable,
@@ -56,8 +56,9 @@ def test_thin_venv_sees_the_interpreter_and_the_extra_paths(tmp_path):
     cli = subprocess.run([str(venv / "bin" / "rlrun"), "--help"], capture_output=True, text=True, env=env,
                          timeout=60)
     assert cli.returncode == 0 and "submit" in cli.stdout, cli.stderr
-    # Idempotent: a second run changes nothing.
-    again = _run_role(tmp_path, venv, ["carried_pkg"], [extra, PROJECT])
+    # Idempotent: a second run changes nothing (the venv, its entry points, the record of the stack's versions).
+    assert json.loads((tmp_path / "state" / "stack.json").read_text())["carried_pkg"] == "1.2.3"
+    again = _run_role(tmp_path, venv, ["carried_pkg", "yaml", "rlrun"], [extra, PROJECT])
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
 
 

@@ -21,6 +21,7 @@ except metadata.PackageNotFoundError:
     print(json.dumps(out))
     sys.exit(0)
 
+out["versions"]["rlrun"] = dist.version
 direct = dist.read_text("direct_url.json")
 if direct:
     info = json.loads(direct)
