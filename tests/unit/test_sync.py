@@ -1,4 +1,5 @@
-"""trainer.sync: bucket packing, safetensors blobs, broadcast over a dedicated gloo group, ZeRO-3 gathering."""
+"""trainer.sync: bucket packing, safetensors blobs, broadcast over a dedicated gloo group (ZeRO-3 gathering:
+tests/integration/test_sync_zero3.py)."""
 
 from __future__ import annotations
 
@@ -163,41 +164,15 @@ def test_gather_plain_model_yields_every_parameter_in_order() -> None:
         assert bits_equal(a, b)
 
 
-def _zero3_worker(rank: int, port: int, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
-    import deepspeed
-
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    deepspeed.init_distributed(dist_backend="gloo")
-    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
-           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_allow_untested_optimizer": True}  # fmt: skip
-    with deepspeed.zero.Init(config_dict_or_path=cfg):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-    engine, *_ = deepspeed.initialize(model=model, config=cfg)
-    partition_sizes = [p.numel() for p in engine.module.parameters()]
-    # Small buckets: several gathers; clone since a yielded tensor is only valid until the next bucket.
-    gathered = {n: t.clone() for n, t in sync.gather_zero3_params(engine, bucket_bytes=600)}
-    torch.save({"gathered": gathered, "partition_sizes": partition_sizes},
-               os.path.join(out_dir, f"zero3-{rank}.pt"))  # fmt: skip
-
-
-@pytest.mark.integration
-def test_gather_zero3_params_gives_full_tensors_on_every_rank(tmp_path: Path) -> None:
-    pytest.importorskip("deepspeed")
-    port = free_port()
-    mp.start_processes(_zero3_worker, args=(port, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+def test_plain_model_takes_the_iter_buckets_path() -> None:
+    """Without ZeRO-3 partitions iter_zero3_buckets gives iter_buckets' buckets (the ZeRO-3 path:
+    tests/integration/test_sync_zero3.py)."""
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-    expected = dict(ref.named_parameters())
-    for rank in (0, 1):
-        got = torch.load(tmp_path / f"zero3-{rank}.pt")
-        # Partitioned while not gathered (ZeRO-3 keeps an empty placeholder in .data).
-        assert all(n == 0 for n in got["partition_sizes"]), got["partition_sizes"]
-        assert sorted(got["gathered"]) == sorted(expected)
-        for name, t in expected.items():
-            assert bits_equal(got["gathered"][name], t.detach()), (rank, name)
+    model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17), torch.nn.Linear(17, 5))
+    fast = list(sync.iter_zero3_buckets(model, 600))
+    slow = list(sync.iter_buckets(model.named_parameters(), 600))
+    assert [b.manifest for b in fast] == [b.manifest for b in slow]
+    assert all(torch.equal(a.buffer, b.buffer) for a, b in zip(fast, slow, strict=True))
 
 
 if __name__ == "__main__":  # pragma: no cover

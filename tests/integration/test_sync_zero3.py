@@ -1,5 +1,6 @@
-"""trainer.sync.iter_zero3_buckets (one all-gather per bucket from the ZeRO-3 partitions) against the
-GatheredParameters path, on 2 gloo ranks; parameter sizes that do not split evenly test the padding."""
+"""trainer.sync against real ZeRO-3 partitions on 2 gloo ranks (DeepSpeed, one spawn of two processes for
+the module): gather_zero3_params gives full tensors on every rank, and iter_zero3_buckets (one all-gather
+per bucket) equals the GatheredParameters path; parameter sizes that do not split evenly test the padding."""
 
 from __future__ import annotations
 
@@ -22,7 +23,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _model() -> torch.nn.Module:
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, same shape and the same bytes (NaN payloads and -0.0 included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def _gather_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+
+
+def _bucket_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17), torch.nn.Linear(17, 5))
 
@@ -36,8 +49,17 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     deepspeed.init_distributed(dist_backend="gloo")
     cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
            "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_allow_untested_optimizer": True}  # fmt: skip
+
     with deepspeed.zero.Init(config_dict_or_path=cfg):
-        model = _model()
+        model = _gather_model()
+    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+    partition_sizes = [p.numel() for p in engine.module.parameters()]
+    # Small buckets: several gathers; clone since a yielded tensor is only valid until the next bucket.
+    gathered = {n: t.clone() for n, t in sync.gather_zero3_params(engine, bucket_bytes=600)}
+    torch.save({"gathered": gathered, "partition_sizes": partition_sizes}, os.path.join(out_dir, f"zero3-{rank}.pt"))
+
+    with deepspeed.zero.Init(config_dict_or_path=cfg):
+        model = _bucket_model()
     engine, *_ = deepspeed.initialize(model=model, config=cfg)
     out = {}
     for bucket_bytes in (300, 1 << 20):  # several buckets (weights over 300 bytes alone) / one bucket
@@ -49,12 +71,30 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     torch.save(out, os.path.join(out_dir, f"buckets-{rank}.pt"))
 
 
-def test_allgather_buckets_equal_the_gathered_parameters_path(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> Path:
+    """The two ranks' results (one spawn for the module's tests)."""
     pytest.importorskip("deepspeed")
-    mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True, start_method="spawn")
-    want = {n: p.detach() for n, p in _model().named_parameters()}
+    out = tmp_path_factory.mktemp("zero3")
+    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=True, start_method="spawn")
+    return out
+
+
+def test_gather_zero3_params_gives_full_tensors_on_every_rank(ranks: Path) -> None:
+    expected = dict(_gather_model().named_parameters())
     for rank in (0, 1):
-        got = torch.load(tmp_path / f"buckets-{rank}.pt")
+        got = torch.load(ranks / f"zero3-{rank}.pt")
+        # Partitioned while not gathered (ZeRO-3 keeps an empty placeholder in .data).
+        assert all(n == 0 for n in got["partition_sizes"]), got["partition_sizes"]
+        assert sorted(got["gathered"]) == sorted(expected)
+        for name, t in expected.items():
+            assert bits_equal(got["gathered"][name], t.detach()), (rank, name)
+
+
+def test_allgather_buckets_equal_the_gathered_parameters_path(ranks: Path) -> None:
+    want = {n: p.detach() for n, p in _bucket_model().named_parameters()}
+    for rank in (0, 1):
+        got = torch.load(ranks / f"buckets-{rank}.pt")
         for bucket_bytes, runs in got.items():
             assert len(runs["fast"]) == len(runs["slow"]) > 0
             if bucket_bytes == 300:
@@ -69,11 +109,3 @@ def test_allgather_buckets_equal_the_gathered_parameters_path(tmp_path: Path) ->
             assert sorted(seen) == sorted(want)
             for name, tensor in want.items():
                 assert torch.equal(seen[name], tensor), (rank, bucket_bytes, name)
-
-
-def test_plain_model_takes_the_iter_buckets_path() -> None:
-    model = _model()
-    fast = list(sync.iter_zero3_buckets(model, 600))
-    slow = list(sync.iter_buckets(model.named_parameters(), 600))
-    assert [b.manifest for b in fast] == [b.manifest for b in slow]
-    assert all(torch.equal(a.buffer, b.buffer) for a, b in zip(fast, slow, strict=True))
