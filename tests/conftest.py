@@ -1,10 +1,17 @@
-"""Shared helpers: the project's paths and a throwaway cluster inventory."""
+"""Shared helpers: the project's paths, a throwaway cluster inventory, and the session's shared
+clusters (a private Ray for trainer runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +80,127 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
     return inv_dir
 
 
+# The session's one-node cluster (site.yml on this machine, beside any other cluster).
+LOCAL_NAME, LOCAL_ADDRESS, LOCAL_PORT = "pytest", "127.0.0.4", 8600
+
+
+class Shared:
+    """A costly resource that tests of several files share (a fixture of the same name hands it out):
+    started by the first test that asks for it, stopped right after the last one (pytest_runtest_teardown)
+    or at the end of the session. pytest_collection_modifyitems runs the tests that use it one after the
+    other, so it is started once and lives only while they run."""
+
+    def __init__(self, start):
+        self._start = start  # a generator function: yields the resource, then stops it
+        self._gen = None
+        self.value = None
+
+    def get(self, tmp_path_factory):
+        if self._gen is None:
+            gen = self._start(tmp_path_factory)
+            self.value = next(gen)
+            self._gen = gen
+        return self.value
+
+    def stop(self):
+        if self._gen is not None:
+            gen, self._gen, self.value = self._gen, None, None
+            next(gen, None)
+
+
+def _local_cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    inv = write_inventory(root, LOCAL_NAME, LOCAL_ADDRESS, LOCAL_PORT, group_vars={"ray_node__num_cpus": 2})
+    up = playbook(inv, "site.yml")
+    state = root / "state" / "localhost"
+    yield {"inv": inv, "root": root, "state": state, "up": up,
+           "pidfile": state / "service" / f"rlrun-{LOCAL_NAME}-ray-head.pid",
+           "url": f"http://{LOCAL_ADDRESS}:{LOCAL_PORT + 1}"}
+    playbook(inv, "playbooks/teardown.yml")
+
+
+def _private_ray(tmp_path_factory):
+    root = tempfile.mkdtemp(prefix="rle", dir="/tmp")  # Ray's socket paths must stay short
+    gcs, client, nm, om, agent, agent_grpc, renv, metrics = _free_ports(8)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HOME": root}
+    env.pop("RAY_ADDRESS", None)
+    log = open(os.path.join(root, "head.log"), "w")  # noqa: SIM115 (closed at teardown)
+    head = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--block", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+         "--include-dashboard", "false", "--ray-client-server-port", str(client), "--node-manager-port", str(nm),
+         "--object-manager-port", str(om), "--dashboard-agent-listen-port", str(agent),
+         "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port", str(renv),
+         "--metrics-export-port", str(metrics), "--temp-dir", os.path.join(root, "ray"), "--num-cpus", "8",
+         "--num-gpus", "0", "--object-store-memory", "300000000", "--disable-usage-stats"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    address = f"127.0.0.1:{gcs}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            status = subprocess.run([str(BIN / "ray"), "status", "--address", address], env=env,
+                                    capture_output=True, text=True)  # fmt: skip
+            if status.returncode == 0:
+                break
+            assert head.poll() is None and time.monotonic() < deadline, Path(log.name).read_text()[-3000:]
+            time.sleep(2)
+        yield {"address": address, "env": env, "root": root}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(head.pid, signal.SIGTERM)  # `ray start --block` stops the node's processes itself
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # anything of its session still there
+        head.wait(timeout=30)
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+SHARED = {"local_cluster": Shared(_local_cluster), "private_ray": Shared(_private_ray)}
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory):
+    """The one-node cluster the tests share: `site.yml` on this machine (cluster "pytest" on 127.0.0.4,
+    ports 8600-8999, 2 CPUs, the reward service on 8650), brought up once for test_cluster_lifecycle and
+    test_presets_cluster; its tests that restart, reconfigure or tear it down (mark `changes_cluster`)
+    run after the others, which find it as site.yml left it."""
+    return SHARED["local_cluster"].get(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def private_ray(tmp_path_factory):
+    """A private one-node Ray (no token, no dashboard) for the trainer runs of test_train_loop and
+    test_estimators_loop, which join it with RAY_ADDRESS instead of each starting a Ray of its own.
+    8 logical CPUs: without GPUs each actor asks for 0.25, and runs go three at a time."""
+    return SHARED["private_ray"].get(tmp_path_factory)
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that use a shared resource run one after the other, where the first of them was;
+    among the local cluster's, those marked `changes_cluster` run last, in their own order."""
+    for name in SHARED:
+        users = [item for item in items if name in item.fixturenames]
+        if not users:
+            continue
+        first = items.index(users[0])
+        others = [item for item in items if name not in item.fixturenames]
+        users.sort(key=lambda item: item.get_closest_marker("changes_cluster") is not None)
+        items[:] = others[:first] + users + others[first:]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop a shared resource as soon as the next test does not use it."""
+    for name, shared in SHARED.items():
+        if name in item.fixturenames and (nextitem is None or name not in nextitem.fixturenames):
+            shared.stop()
+
+
+def pytest_sessionfinish(session):
+    for shared in SHARED.values():
+        shared.stop()
+
+
 @pytest.fixture
 def project() -> Path:
     return PROJECT
@@ -126,3 +254,14 @@ class RewardProc:
             self.proc.kill()
             self.returncode = self.proc.wait()
         return self.returncode
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

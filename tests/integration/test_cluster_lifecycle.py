@@ -1,6 +1,7 @@
-"""The whole foundation on this machine, against a cluster of its own (name, ports, dirs):
-up -> idempotent re-run -> token enforced -> jobs -> supervisor restart -> teardown that
-leaves a second, hand-started cluster running."""
+"""The whole foundation on this machine, against the session's one-node cluster (conftest's
+local_cluster: a name, ports and dirs of its own): up -> idempotent re-run -> token enforced -> jobs;
+then, after every other test of the session (mark changes_cluster), a change left by an interrupted
+run, a new token, a supervisor restart, and teardown that leaves a second, hand-started cluster running."""
 
 from __future__ import annotations
 
@@ -14,13 +15,20 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
+from tests.conftest import (
+    BIN,
+    LOCAL_ADDRESS,
+    LOCAL_NAME,
+    LOCAL_PORT,
+    ansible_env,
+    playbook,
+    rlrun,
+    write_inventory,
+)
 
 pytestmark = pytest.mark.integration
 
-ADDRESS = "127.0.0.4"
-PORT = 8600
-NAME = "pytest"
+ADDRESS, PORT, NAME = LOCAL_ADDRESS, LOCAL_PORT, LOCAL_NAME
 
 
 def _recap_changed(output: str) -> int:
@@ -41,27 +49,14 @@ def _alive(url: str, token: str | None) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cluster")
-    inv = write_inventory(root, NAME, ADDRESS, PORT)
-    up = playbook(inv, "site.yml")
-    state = root / "state" / "localhost"
-    info = {
-        "inv": inv,
-        "root": root,
-        "state": state,
-        "up": up,
-        "pidfile": state / "service" / f"rlrun-{NAME}-ray-head.pid",
-        "url": f"http://{ADDRESS}:{PORT + 1}",
-    }
-    yield info
-    playbook(inv, "playbooks/teardown.yml")
+@pytest.fixture
+def cluster(local_cluster):
+    return local_cluster
 
 
 def test_up_brings_the_node_alive(cluster):
     assert cluster["up"].returncode == 0, cluster["up"].stdout[-4000:]
-    assert "1 nodes alive, 1 CPUs, 0 GPUs" in cluster["up"].stdout
+    assert "1 nodes alive, 2 CPUs, 0 GPUs" in cluster["up"].stdout
     token = (cluster["state"] / "auth_token").read_text()
     assert _alive(cluster["url"], token)
 
@@ -211,6 +206,7 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
+@pytest.mark.changes_cluster
 def test_a_change_left_by_an_interrupted_run_restarts_the_node(cluster):
     """A run that wrote a new accelerator env and stopped before restarting the node (here: only
     the accel_env step runs) leaves the node on its old environment; the next run finds the node's
@@ -233,6 +229,7 @@ def test_a_change_left_by_an_interrupted_run_restarts_the_node(cluster):
     assert _recap_changed(playbook(cluster["inv"], "site.yml").stdout) == 0
 
 
+@pytest.mark.changes_cluster
 def test_a_new_token_restarts_every_service_that_reads_it(cluster):
     """Token rotation: a new cluster__token is installed once per host and restarts the Ray node and
     the reward service (both read that file); the old token is refused afterwards."""
@@ -255,6 +252,7 @@ def test_a_new_token_restarts_every_service_that_reads_it(cluster):
                          timeout=10).status_code == 403
 
 
+@pytest.mark.changes_cluster
 def test_supervisor_restarts_a_killed_node(cluster):
     token = (cluster["state"] / "auth_token").read_text()
     supervisor = int(cluster["pidfile"].read_text())
@@ -329,6 +327,7 @@ def _hand_started_cluster(root: Path, token_file: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.changes_cluster
 def test_teardown_stops_this_cluster_only(cluster, tmp_path_factory):
     root = Path(f"/tmp/rlrun-hand-{os.getpid()}")
     root.mkdir(mode=0o700, exist_ok=True)

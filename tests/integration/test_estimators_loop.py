@@ -1,8 +1,8 @@
 """Every advantage estimator runs two real RL steps through ``python -m trainer.train_ppo_ray`` on CPU, and
 what the loop logs agrees with what ``--print-config`` says for the same command line.
 
-Cheap by design: one tiny model (hidden 32, one layer) and one private Ray head for the whole module
-(each run joins it with ``RAY_ADDRESS`` instead of starting its own Ray), one policy rank, the HF
+Cheap by design: one tiny model (hidden 32, one layer) and the session's private Ray head (conftest's
+``private_ray``; each run joins it with ``RAY_ADDRESS`` instead of starting its own Ray), one policy rank, the HF
 engine, 4 samples per step, ``--max_steps 2`` (the data holds 4 rollouts). Each run also carries one
 of issue 16's flags, so that the six runs cover them: the critic warm-up, the critic micro-batch and LR
 warm-up, ``--eps_clip_low_high``, ``--no_advantage_std_norm``, ``--dual_clip``, ``--gamma`` with
@@ -20,20 +20,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, PROJECT
+from tests.conftest import PROJECT
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +39,7 @@ COMMON = ["--input_key", "message", "--label_key", "answer", "--apply_chat_templ
           "--max_samples", "8", "--num_episodes", "1", "--max_steps", "2", "--zero_stage", "3",
           "--actor_learning_rate", "3e-2", "--lr_scheduler", "constant_with_warmup", "--lr_warmup_ratio", "0"]
 # Runs at a time: each mostly waits for its actors to start, one after the other. Without GPUs a run asks Ray
-# for 0.25 CPU per actor (trainer.placement): at most 1.0 (gae), so three fit the head's 4 logical CPUs.
+# for 0.25 CPU per actor (trainer.placement): at most 1.0 (gae), so three fit the shared head's 8 logical CPUs.
 PARALLEL_RUNS = 3
 REF = ["--ref_num_nodes", "1", "--ref_num_gpus_per_node", "1"]
 RUNS = {
@@ -62,58 +56,6 @@ RUNS = {
                    "--kl_estimator", "k3"],
     "dr_grpo": ["--advantage_estimator", "dr_grpo", "--init_kl_coef", "0"],
 }  # fmt: skip
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-@pytest.fixture(scope="module")
-def ray_head():
-    """A private one-node Ray for the module's runs: started here, stopped here by its PID (and its session)."""
-    root = tempfile.mkdtemp(prefix="rle", dir="/tmp")  # Ray's socket paths must stay short
-    gcs, client, nm, om, agent, agent_grpc, renv, metrics = _free_ports(8)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HOME": root}
-    env.pop("RAY_ADDRESS", None)
-    log = open(os.path.join(root, "head.log"), "w")  # noqa: SIM115 (closed at teardown)
-    head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--block", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-         "--include-dashboard", "false", "--ray-client-server-port", str(client), "--node-manager-port", str(nm),
-         "--object-manager-port", str(om), "--dashboard-agent-listen-port", str(agent),
-         "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port", str(renv),
-         "--metrics-export-port", str(metrics), "--temp-dir", os.path.join(root, "ray"), "--num-cpus", "4",
-         "--num-gpus", "0", "--object-store-memory", "300000000", "--disable-usage-stats"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    address = f"127.0.0.1:{gcs}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            status = subprocess.run([str(BIN / "ray"), "status", "--address", address], env=env,
-                                    capture_output=True, text=True)  # fmt: skip
-            if status.returncode == 0:
-                break
-            assert head.poll() is None and time.monotonic() < deadline, Path(log.name).read_text()[-3000:]
-            time.sleep(2)
-        yield {"address": address, "env": env, "root": root}
-    finally:
-        t0 = time.monotonic()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(head.pid, signal.SIGTERM)  # `ray start --block` stops the node's processes itself
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            head.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)  # anything of its session still there
-        head.wait(timeout=30)
-        print(f"ray head stopped in {time.monotonic() - t0:.1f} s")
-        log.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +84,7 @@ def _printed(argv: list[str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(ray_head, artifacts):
+def runs(private_ray, artifacts):
     """Each estimator's two steps on the shared head, two runs at a time (a run mostly waits for its actors'
     start-up, one process after the other): name -> (printed, metrics rows, stdout)."""
     durations: dict[str, float] = {}
@@ -153,7 +95,7 @@ def runs(ray_head, artifacts):
         argv = _argv(artifacts, name)
         start = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *argv], cwd=PROJECT,
-                              env={**ray_head["env"], "RAY_ADDRESS": ray_head["address"]},
+                              env={**private_ray["env"], "RAY_ADDRESS": private_ray["address"]},
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         durations[name] = time.monotonic() - start
         assert done.returncode == 0, f"{name}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"

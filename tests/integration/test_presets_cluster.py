@@ -1,4 +1,4 @@
-"""Presets against a real one-machine cluster of their own (127.0.0.6, ports 8700-8799, 2 CPUs, no GPU):
+"""Presets against the session's one-machine cluster (conftest's local_cluster: 2 CPUs, no GPU):
 a GPU preset is refused with the GPU arithmetic, the probe job finds a missing model and a dead reward
 service, and `rlrun submit --preset tiny-rloo --follow` trains to the end; `rlrun plot` draws it."""
 
@@ -8,26 +8,27 @@ import re
 
 import pytest
 
-from tests.conftest import playbook, rlrun, write_inventory
+from tests.conftest import LOCAL_ADDRESS, LOCAL_NAME, LOCAL_PORT, rlrun
 
 pytestmark = pytest.mark.integration
 
-ADDRESS = "127.0.0.6"
-PORT = 8700
-NAME = "pytest-presets"
+ADDRESS, PORT, NAME = LOCAL_ADDRESS, LOCAL_PORT, LOCAL_NAME
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("presets-cluster")
-    inv = write_inventory(root, NAME, ADDRESS, PORT, group_vars={"ray_node__num_cpus": 2})
-    up = playbook(inv, "site.yml")
-    assert up.returncode == 0, up.stdout[-4000:]
-    yield {"inv": inv, "root": root}
-    playbook(inv, "playbooks/teardown.yml")
+@pytest.fixture
+def cluster(local_cluster):
+    return local_cluster
+
+
+def _jobs(cluster) -> int:
+    """How many jobs the cluster knows (the session's cluster has run others' jobs before)."""
+    import json
+
+    return len(json.loads(rlrun(cluster["inv"], "list", "--json").stdout))
 
 
 def test_gpu_preset_is_refused_with_the_gpu_arithmetic(cluster):
+    before = _jobs(cluster)
     result = rlrun(cluster["inv"], "submit", "--preset", "32b-rloo", "--dry-run")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "entrypoint: python -m trainer.train_ppo_ray --actor_num_nodes 2" in result.stdout
@@ -35,7 +36,7 @@ def test_gpu_preset_is_refused_with_the_gpu_arithmetic(cluster):
     assert ("not enough GPUs: actor 2 x 4 = 8 (with reference 2 x 4 = 8, vLLM 2 engines x TP 4 = 8 on the "
             "actor's GPUs: --colocate_all_models) = 8 GPUs needed, the cluster has 0") in err, err
     assert "nothing submitted" not in err
-    assert rlrun(cluster["inv"], "list", "--json").stdout.strip() == "[]"
+    assert _jobs(cluster) == before  # nothing submitted
 
 
 def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path):
@@ -47,29 +48,31 @@ def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path
     assert f"--pretrain /nonexistent/tiny-model does not exist on {ADDRESS}" in err, err
     assert f"reward service http://{ADDRESS}:{PORT + 99}/get_reward: unreachable" in err, err
     assert "--prompt_data" in err and "present on the head" in err, err
-    assert "refused: the job cannot run on cluster pytest-presets (2 problems)" in err, err
+    assert f"refused: the job cannot run on cluster {NAME} (2 problems)" in err, err
 
 
 def test_tiny_rloo_learns_follows_to_the_end_and_plots(cluster, tmp_path):
-    """The embedded default job: warm-up, then RLOO rewarded by the deployed reward service; the mean
-    reward must rise from the warm-up's level (~0.1) to most answers right."""
+    """The embedded default job, its first 48 of 128 steps (6 of its 16 episodes: the whole job is
+    `make demo`'s, ~4 min here; these cost a third): warm-up, then RLOO rewarded by the deployed
+    reward service; the mean reward must rise from the warm-up's level (~0.1) to about half the
+    answers right (measured ~0.65 over steps 33-48, ~0.9 at the end of the whole job)."""
     job = "pytest-tiny-rloo"
     result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--submission-id", job, "--follow", timeout=1200)
+                   "--set", "num_episodes=6", "--submission-id", job, "--follow", timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     err = result.stderr
     assert f"making {tmp_path}/build/tiny/model-h128" in err
     assert re.search(r"CPUs \(Ray resources\): .* = 0\.75; the cluster has 2", err), err
     assert "reward service" in err and ": ok (asked from the head" in err, err
-    progress = re.findall(r"^\[(\d+)/128\] reward/mean=([0-9.e-]+)", err, re.M)
-    assert [int(s) for s, _ in progress] == list(range(1, 129)), err[-3000:]
-    assert f"job {job}: SUCCEEDED after 128/128 steps" in err
-    assert "warm-up step 25/25" in result.stdout and "step 128:" in result.stdout
+    progress = re.findall(r"^\[(\d+)/48\] reward/mean=([0-9.e-]+)", err, re.M)
+    assert [int(s) for s, _ in progress] == list(range(1, 49)), err[-3000:]
+    assert f"job {job}: SUCCEEDED after 48/48 steps" in err
+    assert "warm-up step 25/25" in result.stdout and "step 48:" in result.stdout
     assert "@metrics" not in result.stdout
     rewards = [float(r) for _, r in progress]
     first, last = sum(rewards[:8]) / 8, sum(rewards[-16:]) / 16
-    assert first <= 0.3 and last >= 0.75, (first, last, rewards)
-    assert "reward/mean by step  1-16: " in err
+    assert first <= 0.3 and last >= 0.45 and last >= first + 0.25, (first, last, rewards)
+    assert "reward/mean by step  1-6: " in err  # 8 spans of 48/8 steps
     assert (tmp_path / "build" / "tiny" / "rloo" / "config.json").exists()
 
     png = tmp_path / "tiny.png"

