@@ -98,3 +98,162 @@ def test_rendered_scripts_pass_shellcheck(tmp_path):
         proc = subprocess.run(["shellcheck", "-S", "style", str(script)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout
     assert block_for_job(0).base >= 16384
+
+
+# ---------------------------------------------------------------- a real Slurm on this machine
+LAB_INDEX = 61
+TINY = ["--set", "sft_warmup_steps=2", "--set", "max_samples=8", "--set", "rollout_batch_size=8",
+        "--set", "micro_rollout_batch_size=8", "--set", "n_samples_per_prompt=4", "--set", "train_batch_size=32",
+        "--set", "micro_train_batch_size=32", "--set", "num_episodes=2"]
+
+
+def _host_services() -> dict[int, str]:
+    """Ray and reward-service processes of the machine outside any Slurm lab node: other clusters."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            netns = (proc / "ns" / "net").readlink()
+        except OSError:
+            continue
+        if any(k in cmd for k in ("gcs_server", "raylet", "trainer.reward.server")) and netns == HOST_NETNS:
+            found[int(proc.name)] = cmd[:120]
+    return found
+
+
+HOST_NETNS = Path("/proc/self/ns/net").readlink()
+
+
+@pytest.fixture(scope="module")
+def lab():
+    from tests.lab.slurm import SlurmLab, SlurmLabError
+
+    try:
+        lab = SlurmLab(LAB_INDEX, nodes=3, cpus=4, owner=f"pytest-{__import__('os').getpid()}").create()
+    except SlurmLabError as exc:  # never a silent skip: make test installs what the lab needs
+        pytest.fail(f"the Slurm lab cannot run here: {exc}", pytrace=False)
+    others = _host_services()
+    try:
+        yield lab
+    finally:
+        lab.destroy()
+    assert lab.leftovers() == []
+    # The project's other clusters on the machine (if any ran) are untouched.
+    gone = {pid: cmd for pid, cmd in others.items() if not Path(f"/proc/{pid}").exists()}
+    assert not gone, f"processes of other clusters ended during the Slurm tests: {gone}"
+
+
+@pytest.fixture(scope="module")
+def slurm_inv(tmp_path_factory) -> Path:
+    """The cluster's inventory as a Slurm site would write it: group_vars only (the nodes come from the
+    allocation); the lab nodes' interface is eth0, so Gloo and NCCL are told so."""
+    return write_inventory(tmp_path_factory.mktemp("slurm-inv"), "slurmlab", "10.245.61.11", 21000,
+                           group_vars={"accel_env__gloo_socket_ifname": "eth0"})
+
+
+def _rlrun(lab, *args: str, inv: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "rlrun"), "-i", str(inv), *args], capture_output=True,
+                          text=True, env=lab.env(ansible_env()), timeout=timeout, cwd=PROJECT)
+
+
+def _nothing_left(lab, job_id: str, job_root: Path) -> None:
+    """No process of the job on any node (slurmd aside), no temp dir, no job dir."""
+    assert lab.job_pids() == [], [subprocess.run(["ps", "-o", "pid,cmd", "-p", str(p)], capture_output=True,
+                                                 text=True).stdout for p in lab.job_pids()]
+    left = sorted(str(p) for p in Path("/tmp").glob(f"rlrun-*/s{job_id}-*"))
+    assert left == [], left
+    assert not (job_root / job_id).exists()
+
+
+def _wait(cond, timeout: float, what: str):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_tiny_rloo_on_three_slurm_nodes_succeeds_and_leaves_nothing(lab, slurm_inv, tmp_path):
+    """`rlrun slurm submit --preset tiny-rloo`: head on n1, workers on n2/n3 via srun, reward service as its
+    own step, the Ray job through the Jobs API; the Slurm job COMPLETES only because the Ray job SUCCEEDED."""
+    job_root = tmp_path / "jobs"
+    result = _rlrun(lab, "slurm", "submit", "--nodes", "3", "--cpus-per-node", "2", "--job-root", str(job_root),
+                    "--working-dir", str(tmp_path), "--time", "15", "--preset", "tiny-rloo", *TINY, inv=slurm_inv,
+                    timeout=900)
+    out = result.stdout
+    assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
+    job_id = result.stderr.split("submitted Slurm job ")[1].split()[0]
+    assert f"Slurm job {job_id}: COMPLETED (exit 0:0); Ray job slurm-{job_id} exit 0" in result.stderr
+    for ip in ("10.245.61.11", "10.245.61.12", "10.245.61.13"):
+        assert f"node {ip} alive" in out
+    assert "reward service http://10.245.61.11:" in out and "healthy" in out
+    assert f"job slurm-{job_id}: SUCCEEDED after 2/2 steps" in out
+    assert "[2/2] reward/mean=" in out
+    record = json.loads((job_root / f"{job_id}.json").read_text())
+    assert record["state"] == "done" and record["ray_exit"] == 0 and record["head"] == "n1"
+    assert record["port_base"] == block_for_job(int(job_id)).base
+    assert (job_root / f"{job_id}.json").stat().st_mode & 0o077 == 0
+    _nothing_left(lab, job_id, job_root)
+    status = _rlrun(lab, "slurm", "status", job_id, "--job-root", str(job_root), "--json", inv=slurm_inv)
+    assert json.loads(status.stdout)["slurm_state"] == "COMPLETED", status.stderr
+
+
+def test_two_jobs_share_the_nodes_and_scancel_mid_job_leaves_nothing(lab, slurm_inv, tmp_path):
+    """A long-lived cluster (an inventory rlrun -i uses) and a batch job on the same three nodes at once,
+    each with its own port block and token; scancel of the batch job mid-job ends its Ray and removes its
+    dirs, and the other job's cluster keeps running its job."""
+    job_root = tmp_path / "jobs"
+    cluster_dir = tmp_path / "cluster"
+    common = ["--nodes", "3", "--job-root", str(job_root), "--no-follow", "--time", "10"]
+    up = _rlrun(lab, "slurm", "submit", *common, "--cluster-dir", str(cluster_dir), inv=slurm_inv)
+    assert up.returncode == 0, up.stderr
+    long_id = up.stdout.strip()
+    batch = _rlrun(lab, "slurm", "submit", *common, "--reward-node", "none", "--working-dir", str(tmp_path),
+                   "--", "python", "-c", "import time; print('batch job running', flush=True); time.sleep(600)",
+                   inv=slurm_inv)
+    assert batch.returncode == 0, batch.stderr
+    batch_id = batch.stdout.strip()
+
+    _wait(lambda: (cluster_dir / "hosts.yml").exists(), 240, "the long-lived cluster's inventory")
+    _wait(lambda: "batch job running" in (job_root / f"{batch_id}.out").read_text(errors="replace"), 240,
+          "the batch job's Ray job")
+    running = lab.run("squeue", "-h", "-o", "%i %T %N").stdout.split("\n")
+    assert {f"{long_id} RUNNING n[1-3]", f"{batch_id} RUNNING n[1-3]"} <= set(running), running
+    records = [json.loads((job_root / f"{j}.json").read_text()) for j in (long_id, batch_id)]
+    assert records[0]["port_base"] != records[1]["port_base"]
+    assert (cluster_dir / ".secrets").stat().st_mode & 0o077 == 0
+
+    # The long-lived cluster is an inventory: rlrun -i DIR status / submit.
+    status = _rlrun(lab, "status", "--json", inv=cluster_dir)
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert sorted(n["node_ip"] for n in info["nodes"] if n["state"] == "ALIVE") == ["10.245.61.11", "10.245.61.12",
+                                                                        "10.245.61.13"]
+    assert list(info["reward_services"].values()) == ["ok"]
+
+    cancel = _rlrun(lab, "slurm", "cancel", batch_id, inv=slurm_inv)
+    assert cancel.returncode == 0 and "CANCELLED" in cancel.stdout, cancel.stdout + cancel.stderr
+    _wait(lambda: json.loads((job_root / f"{batch_id}.json").read_text()).get("state") == "cancelled", 60,
+          "the batch job's record to say cancelled")
+    _wait(lambda: not list(Path("/tmp").glob(f"rlrun-*/s{batch_id}-*")), 60, "the batch job's temp dirs to go")
+    assert not (job_root / batch_id).exists()
+
+    # The other job's cluster is untouched: all three nodes alive, and it runs a job to the end.
+    job = _rlrun(lab, "submit", "--no-working-dir", "--follow", "--", "python", "-c",
+                 "import ray; ray.init(); print('nodes', len([n for n in ray.nodes() if n['Alive']]))",
+                 inv=cluster_dir)
+    assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
+    assert "nodes 3" in job.stdout
+
+    stop = _rlrun(lab, "slurm", "cancel", long_id, inv=slurm_inv)
+    assert stop.returncode == 0, stop.stderr
+    _wait(lambda: not cluster_dir.exists(), 60, "the long-lived cluster's inventory to go")
+    _wait(lambda: not lab.job_pids(), 60, "every job process on the nodes to end")
+    _nothing_left(lab, long_id, job_root)
+    _nothing_left(lab, batch_id, job_root)
