@@ -66,6 +66,8 @@ def write_inventory(root: Path, name: str, address: str, base_port: int, hosts_e
         "cluster__ray_node_manager_port": p + 10, "cluster__ray_object_manager_port": p + 11,
         "cluster__ray_dashboard_agent_listen_port": p + 12, "cluster__ray_dashboard_agent_grpc_port": p + 13,
         "cluster__ray_runtime_env_agent_port": p + 14, "cluster__ray_metrics_export_port": p + 15,
+        "cluster__ray_dashboard_metrics_port": p + 16, "cluster__ray_autoscaler_metrics_port": p + 17,
+        "cluster__rendezvous_min_port": p + 20, "cluster__rendezvous_max_port": p + 49,
         "cluster__ray_min_worker_port": p + 100, "cluster__ray_max_worker_port": p + 399,
         "cluster__ray_temp_dir": f"/tmp/rlrun-{os.getuid()}/{name}-{{{{ inventory_hostname }}}}",
         "cluster__accelerator": "cpu", "accel_env__gloo_socket_ifname": "lo",

@@ -205,19 +205,22 @@ def make_sync_group(
     backend: Literal["gloo", "nccl"] = "gloo",
     timeout_s: float = 600.0,
     device: torch.device | str | None = None,
+    master_listen_fd: int | None = None,
 ) -> SyncGroup:
     """Join (rank 0: host) a ``world_size`` group on ``master_addr:master_port``; blocks until all joined.
 
     Independent of ``torch.distributed.init_process_group``: a DeepSpeed rank and a vLLM worker can each
     be in their own default group and still share this one. For NCCL, ``device`` (default: the current
-    CUDA device) is where the transferred buffers live.
+    CUDA device) is where the transferred buffers live. On rank 0, ``master_listen_fd`` is a socket already
+    bound and listening (``DistributedWorker.take_listen_fd``), which the store then serves on and owns.
     """
     import torch.distributed as dist
 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside a group of world_size {world_size}; expected 0 <= rank < size")
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(master_addr, master_port, world_size, rank == 0, timeout=timeout)
+    store = dist.TCPStore(master_addr, master_port, world_size, rank == 0, timeout=timeout,
+                          master_listen_fd=master_listen_fd if rank == 0 else None)
     if backend == "gloo":
         pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
         dev = torch.device(device or "cpu")

@@ -21,7 +21,8 @@ PROJECT = Path(__file__).resolve().parent.parent.parent
 
 def cluster_vars(lab: Lab, name: str, base_port: int, worker_ports: int = 200) -> dict:
     """group_vars/all of cluster `name` on `lab`: ports base_port.. (fixed ports
-    base..base+15, reward service base+50, worker range base+100 .. +worker_ports)."""
+    base..base+17, rendezvous range base+20..base+49, reward service base+50, worker
+    range base+100 .. +worker_ports)."""
     p = base_port
     return {
         "cluster__name": name,
@@ -43,6 +44,10 @@ def cluster_vars(lab: Lab, name: str, base_port: int, worker_ports: int = 200) -
         "cluster__ray_dashboard_agent_grpc_port": p + 13,
         "cluster__ray_runtime_env_agent_port": p + 14,
         "cluster__ray_metrics_export_port": p + 15,
+        "cluster__ray_dashboard_metrics_port": p + 16,
+        "cluster__ray_autoscaler_metrics_port": p + 17,
+        "cluster__rendezvous_min_port": p + 20,
+        "cluster__rendezvous_max_port": p + 49,
         "cluster__ray_min_worker_port": p + 100,
         "cluster__ray_max_worker_port": p + 100 + worker_ports - 1,
         "cluster__accelerator": "cpu",

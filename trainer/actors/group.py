@@ -59,6 +59,40 @@ def reserve(spec: GroupSpec, timeout_s: float = 120.0) -> PlacementGroup:
     return pg
 
 
+# The cluster's pinned range for the jobs' rendezvous stores ("FIRST-LAST"), set by the Ray
+# node's env file (roles/ray_node: cluster__rendezvous_min_port .. cluster__rendezvous_max_port).
+RENDEZVOUS_PORTS_ENV = "RLRUN_RENDEZVOUS_PORTS"
+
+
+def rendezvous_listener(ip: str) -> socket.socket:
+    """A listening TCP socket on `ip` for a torch.distributed store: on the highest free port of
+    $RLRUN_RENDEZVOUS_PORTS (vLLM takes that range from its bottom), or on any free port without it.
+
+    Bound to the node address only, not to every interface; the store serves on this very socket
+    (``TCPStore(master_listen_fd=...)``), so no other process can take the port in between."""
+    spec = os.environ.get(RENDEZVOUS_PORTS_ENV, "").strip()
+    if spec:
+        low, sep, high = spec.partition("-")
+        if not (sep and low.isdigit() and high.isdigit() and 1 <= int(low) <= int(high) <= 65535):
+            raise RuntimeError(f"{RENDEZVOUS_PORTS_ENV}={spec!r}: expected FIRST-LAST, e.g. 8120-8199 "
+                               "(cluster__rendezvous_min_port, cluster__rendezvous_max_port)")
+        ports = range(int(high), int(low) - 1, -1)
+    else:
+        ports = range(0, 1)  # any free port (a job on a plain Ray, without rlrun's node env)
+    for port in ports:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(128)
+        return sock
+    raise RuntimeError(f"no free port for a rendezvous on {ip} in {RENDEZVOUS_PORTS_ENV}={spec} (all "
+                       f"{len(ports)} taken): widen cluster__rendezvous_min_port .. cluster__rendezvous_max_port")
+
+
 class DistributedWorker:
     """Base class of ranked actors: the rendezvous handshake and the process group."""
 
@@ -67,15 +101,24 @@ class DistributedWorker:
         self.world_size = world_size
 
     def rendezvous_address(self) -> tuple[str, int]:
-        """(node IP, free TCP port) for the group's rendezvous; asked of rank 0 only."""
+        """(node IP, port) of a store this actor will host, listening from now on; asked of rank 0 only."""
         ip = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
+        sock = rendezvous_listener(ip)
+        port = sock.getsockname()[1]
+        # port -> listening socket held for a store this actor will host.
+        self.__dict__.setdefault("_rendezvous", {})[port] = sock
         return ip, port
 
+    def take_listen_fd(self, port: int) -> int | None:
+        """The listening socket rendezvous_address made for `port`, handed over as a file descriptor
+        (to ``TCPStore(master_listen_fd=...)``, which then owns it); None if there is none."""
+        sock = self.__dict__.get("_rendezvous", {}).pop(port, None)
+        return sock.detach() if sock is not None else None
+
     def init_process_group(self, master_addr: str, master_port: int, backend: str) -> int:
-        """Join the group (env:// rendezvous, as DeepSpeed expects); returns this rank."""
+        """Join the group on rank 0's store, then hand it to DeepSpeed; returns this rank."""
+        import datetime
+
         import torch.distributed as dist
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
@@ -88,6 +131,14 @@ class DistributedWorker:
                 deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
             import deepspeed
 
+            # Rank 0 serves the store on the socket bound to its node address (env:// would listen on
+            # every interface); DeepSpeed then finds torch.distributed initialised and keeps it.
+            timeout = datetime.timedelta(minutes=30)  # DeepSpeed's default process-group timeout
+            fd = self.take_listen_fd(master_port) if self.rank == 0 else None
+            store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0, timeout=timeout,
+                                  master_listen_fd=fd)
+            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
+                                    timeout=timeout)
             deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         return dist.get_rank()
 

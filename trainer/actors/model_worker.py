@@ -169,7 +169,8 @@ class ModelWorker(DistributedWorker):
         from trainer.sync import make_sync_group
 
         if self.rank == 0:
-            self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend)
+            self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend,
+                                         master_listen_fd=self.take_listen_fd(master_port))
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,

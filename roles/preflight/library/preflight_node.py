@@ -186,6 +186,59 @@ def holders(inodes):
     return out
 
 
+# The node's own daemons (Ray's and the reward service's), by command line: they may hold the
+# fixed ports of the port map only. Every other process of the cluster's services belongs to a
+# job (Ray workers and actors, drivers, what they start): those may also listen in the worker,
+# rendezvous and ephemeral ranges (Gloo and NCCL take ephemeral ports; nothing pins them).
+DAEMON_PROGRAMS = ("gcs_server", "raylet")
+DAEMON_MARKERS = ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "autoscaler/v2/monitor.py",
+                  "_private/log_monitor.py", "ray.util.client.server", "ray::DashboardAgent", "ray::RuntimeEnvAgent",
+                  "ray-dashboard-", "bin/ray start", "trainer.reward.server", "gunicorn")
+
+
+def is_daemon(command):
+    words = command.split()
+    return bool(words) and os.path.basename(words[0]) in DAEMON_PROGRAMS or any(m in command for m in DAEMON_MARKERS)
+
+
+def unmapped_sockets(cfg, listeners, owners, own):
+    """Problems: each listening socket of this cluster's processes that is not on a port of the
+    host's port map (its fixed ports; the worker, rendezvous and ephemeral ranges for jobs)."""
+    fixed = {int(port) for port in cfg.get("fixed_ports", {}).values()}
+    ranges = cfg.get("port_ranges", {})
+    problems = {}
+    for port, entries in sorted(listeners.items()):
+        for address, inode in entries:
+            pid = owners.get(inode)
+            if pid not in own or port in fixed:
+                continue
+            command = cmdline(pid)
+            inside = [name for name, r in ranges.items() if r["bounds"][0] <= port <= r["bounds"][1]]
+            if inside and not is_daemon(command):
+                continue
+            where = (f"inside the {inside[0]} range, which is for jobs' processes, not the node's daemons"
+                     if inside else "not in the inventory's port map")
+            problems.setdefault((pid, command), []).append(f"{address}:{port}")
+            problems[(pid, command)].append(where)
+    out = []
+    for (pid, command), items in sorted(problems.items()):
+        sockets, why = items[0::2], items[1::2]
+        out.append(f"pid {pid} ({command[:100]}) listens on {', '.join(sorted(set(sockets)))}: {why[0]} "
+                   f"(fixed ports {', '.join(map(str, sorted(fixed)))}; "
+                   + ", ".join(f"{name} {r['bounds'][0]}-{r['bounds'][1]}" for name, r in ranges.items()) + ")")
+    return out
+
+
+def ephemeral_range():
+    """The kernel's ephemeral port range in this network namespace: (first, last), or None."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            low, high = (int(x) for x in fh.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return None
+
+
 def describe(port, address, listeners, owners, own):
     """Who holds `port` on `address` (or on every address): ('own'|'foreign', text)."""
     relevant = [(a, i) for a, i in listeners.get(port, []) if a in (address, "0.0.0.0", "::")]
@@ -341,10 +394,13 @@ def check(cfg):
         out["targets"].append({"host": host, "name": name, "port": port, "address": address, "state": "listener"})
     if running.get("reward") and cfg.get("reward_health_url"):
         out["health"].append({"host": host, "url": cfg["reward_health_url"]})
-    # The worker port range: no process of anyone else may listen inside it.
+    # The worker and rendezvous ranges: no process of anyone else may listen inside them.
     address = cfg["address"]
-    if cfg["worker_range"]:
-        low, high = cfg["worker_range"]
+    ranges = cfg.get("port_ranges", {})
+    for name in ("worker", "rendezvous"):
+        if name not in ranges:
+            continue
+        low, high = ranges[name]["bounds"]
         taken = []
         checked = {int(item["value"]) for item in cfg["ports"]}
         for port in range(int(low), int(high) + 1):
@@ -354,7 +410,20 @@ def check(cfg):
                     taken.append(f"{port} {text}")
         if taken:
             shown = "; ".join(taken[:3]) + ("; ..." if len(taken) > 3 else "")
-            problem("ports", f"{len(taken)} ports of the worker range {low}-{high} are taken: {shown}")
+            problem("ports", f"{len(taken)} ports of the {name} range {low}-{high} are taken: {shown}")
+    # Every socket this cluster's processes listen on lies in the port map.
+    for text in unmapped_sockets(cfg, listeners, owners, own):
+        problem("sockets", text)
+    # The kernel hands out ephemeral ports (Gloo's and NCCL's listeners among them) from the range
+    # the inventory names, which the firewall opens to the members.
+    if "ephemeral" in ranges:
+        low, high = ranges["ephemeral"]["bounds"]
+        kernel = ephemeral_range()
+        if kernel and not (low <= kernel[0] and kernel[1] <= high):
+            first, last = ranges["ephemeral"]["vars"]
+            problem("ports", f"the kernel's ephemeral port range is {kernel[0]}-{kernel[1]} "
+                             f"(net.ipv4.ip_local_port_range), the inventory says {low}-{high} ({first}, {last}): "
+                             "NCCL and Gloo listen on ephemeral ports; make them agree")
     if bound:
         pid = serve(bound, float(cfg["listen_seconds"]))
         out["listener"] = {"pid": pid, "start": start_time(pid)}
