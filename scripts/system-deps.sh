@@ -10,13 +10,14 @@ set -euo pipefail
 
 # command:package. ps, ss, start-stop-daemon: the supervised services and their
 # checks; ip, unshare, mount, ssh, ssh-keygen, sshd: the network-namespace hosts;
-# systemd-analyze: the systemd unit test; curl, make: the README's commands;
+# systemd-analyze: the systemd unit test; nft: the firewall role (its test and
+# the multinode scenario); curl, make: the README's commands;
 # munged, slurmctld, slurmd, sbatch, nsenter, setpriv, shellcheck: the Slurm tests
 # (tests/lab/slurm.py runs a private Slurm; no daemon is started by the packages).
 pairs=(
   ps:procps ss:iproute2 ip:iproute2 start-stop-daemon:dpkg curl:curl make:make
   unshare:util-linux mount:mount ssh:openssh-client ssh-keygen:openssh-client
-  /usr/sbin/sshd:openssh-server systemd-analyze:systemd
+  /usr/sbin/sshd:openssh-server systemd-analyze:systemd /usr/sbin/nft:nftables
   nsenter:util-linux setpriv:util-linux /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld
   /usr/sbin/slurmd:slurmd sbatch:slurm-client shellcheck:shellcheck
 )

@@ -37,6 +37,25 @@ CASES = [
      r"ray_node__gcs_port is set, but it was renamed: write cluster__ray_gcs_port"),
     ("accelerator typo", dict(group_vars={"cluster__accelerator": "nvdia"}),
      r"cluster__accelerator = 'nvdia' must be nvidia, amd or cpu"),
+    ("metrics port in the ephemeral range", dict(group_vars={"cluster__ray_dashboard_metrics_port": 40000}),
+     r"cluster__ray_dashboard_metrics_port = 40000 lies inside the ephemeral port range 32768-60999 "
+     r"\(the kernel hands these ports to outgoing connections\)"),
+    ("rendezvous range over the worker range", dict(group_vars={"cluster__rendezvous_max_port": 9450}),
+     r"the rendezvous port range 9320-9450 \(cluster__rendezvous_min_port\.\.cluster__rendezvous_max_port\) "
+     r"overlaps the worker port range 9400-9699"),
+    ("tiny rendezvous range", dict(group_vars={"cluster__rendezvous_max_port": 9323}),
+     r"cluster__rendezvous_min_port = 9320 \.\. cluster__rendezvous_max_port = 9323 must span at least 10 ports"),
+    ("ephemeral range not numbers", dict(group_vars={"cluster__ephemeral_max_port": "auto"}),
+     r"cluster__ephemeral_max_port = auto is not a port number between 1024 and 65535"),
+    ("firewall switch as string", dict(group_vars={"firewall__enabled": "yes"}),
+     r"firewall__enabled = 'yes' \(expected True\)"),
+    ("firewall CIDR", dict(group_vars={"firewall__allowed_cidrs": ["10.1.0.0/16", "10.0.0.0/33", "fe80::/10"]}),
+     r'firewall__allowed_cidrs: "10.0.0.0/33" is not an IPv4 address or CIDR \(e.g. 10.20.0.0/16\); '
+     r'firewall__allowed_cidrs: "fe80::/10" is not an IPv4 address or CIDR'),
+    ("firewall CIDRs not a list", dict(group_vars={"firewall__allowed_cidrs": "10.0.0.0/8"}),
+     r'firewall__allowed_cidrs = "10.0.0.0/8" must be a list of IPv4 addresses or CIDRs'),
+    ("firewall client port unknown", dict(group_vars={"firewall__client_ports": ["cluster__ssh_port"]}),
+     r'firewall__client_ports: "cluster__ssh_port" is not one of the cluster\'s port variables \(cluster__ray_gcs_port'),
 ]
 
 
