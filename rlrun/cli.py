@@ -2,7 +2,7 @@
 
 Thin over the SDKs it wraps: ansible-runner for up / down / check, Ray's Jobs
 API for submit / list / status / logs / stop. Every failure is one line on
-stderr and a non-zero exit.
+stderr and a non-zero exit; every wait on the cluster has a timeout.
 """
 
 from __future__ import annotations
@@ -17,23 +17,38 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from rlrun.errors import RlrunError
+from rlrun.errors import RlrunError, one_line
 
 console = Console()
 err_console = Console(stderr=True)
+DEFAULT_TIMEOUT = 30.0
+
+
+def say(text: str) -> None:
+    """A line for people on stderr (stdout keeps what scripts read: ids, tables, JSON)."""
+    err_console.print(text, highlight=False, markup=False, soft_wrap=True)
 
 
 class Context:
-    def __init__(self, inventory: str | None, vault_password_file: str | None):
+    def __init__(self, inventory: str | None, vault_password_file: str | None, timeout: float):
         self.inventory_arg = inventory
         self.vault_password_file = vault_password_file
+        self.timeout = timeout
         self._cluster = None
 
     @property
     def inventory(self) -> Path:
         from rlrun.inventory import default_inventory
 
+        if self.inventory_arg is None and os.environ.get("RLRUN_INVENTORY") == "":
+            raise RlrunError("RLRUN_INVENTORY is set but empty: give the inventory's path (or unset it to use "
+                             "./inventory)")
         return Path(self.inventory_arg) if self.inventory_arg else default_inventory()
+
+    @property
+    def inv_flag(self) -> str:
+        """` -i INV` for the commands rlrun suggests, when one was given."""
+        return f" -i {self.inventory_arg}" if self.inventory_arg else ""
 
     @property
     def cluster(self):
@@ -46,22 +61,37 @@ class Context:
     def jobs(self):
         from rlrun.jobs import Jobs
 
-        return Jobs(self.cluster)
+        return Jobs(self.cluster, timeout=self.timeout)
 
 
 pass_ctx = click.make_pass_decorator(Context)
 
 
+def _not_empty(ctx, param, value):
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("is empty (an unset shell variable?): give the inventory's path")
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-i", "--inventory", envvar="RLRUN_INVENTORY", type=click.Path(),
-              help="Ansible inventory of the cluster (default: ./inventory, else the embedded one).")
-@click.option("--vault-password-file", envvar="ANSIBLE_VAULT_PASSWORD_FILE", type=click.Path(),
+@click.option("-i", "--inventory", envvar="RLRUN_INVENTORY", type=click.Path(), callback=_not_empty,
+              help="Ansible inventory of the cluster (default: $RLRUN_INVENTORY, ./inventory, else the embedded one).")
+@click.option("--vault-password-file", envvar="ANSIBLE_VAULT_PASSWORD_FILE",
+              type=click.Path(exists=True, dir_okay=False),
               help="Vault password file, when the inventory's token is vaulted.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), envvar="RLRUN_TIMEOUT", default=DEFAULT_TIMEOUT,
+              show_default=True, help="Seconds to wait for each answer from the cluster ($RLRUN_TIMEOUT).")
 @click.version_option(package_name="rlrun")
 @click.pass_context
-def cli(ctx, inventory, vault_password_file):
-    """Stand up a Ray RL-training cluster from an inventory and run jobs on it."""
-    ctx.obj = Context(inventory, vault_password_file)
+def cli(ctx, inventory, vault_password_file, timeout):
+    """Stand up a Ray RL-training cluster from an inventory and run jobs on it.
+
+    Shell completion (bash): eval "$(_RLRUN_COMPLETE=bash_source rlrun)"; zsh: zsh_source; fish: fish_source.
+    """
+    ctx.obj = Context(inventory, vault_password_file, timeout)
+
+
+# --- cluster: validate / up / down / check / status ----------------------------------------------------------
 
 
 def _print_run(result, action: str) -> None:
@@ -76,7 +106,8 @@ def _print_run(result, action: str) -> None:
             err_console.print(f"[red]{host}[/red]: {error}", markup=True, highlight=False)
 
 
-def _playbook(obj: Context, name: str, verbose: bool, action: str, show_messages: bool = False) -> None:
+def _playbook(obj: Context, name: str, verbose: bool, action: str, max_time: float,
+              show_messages: bool = False) -> None:
     from rlrun.provision import run_playbook
 
     def progress(task: str) -> None:
@@ -84,78 +115,172 @@ def _playbook(obj: Context, name: str, verbose: bool, action: str, show_messages
             err_console.print(f"  {task}", style="dim", highlight=False)
 
     result = run_playbook(name, obj.inventory, verbose=verbose, progress=progress,
-                          vault_password_file=obj.vault_password_file)
+                          vault_password_file=obj.vault_password_file, timeout=max_time)
     _print_run(result, action)
     if show_messages and not verbose:
         for message in result.messages:
             console.print(message, highlight=False)
+    if result.timed_out:
+        raise RlrunError(f"`rlrun {action}` gave up after {max_time:g} s (--max-time); the hosts may be "
+                         "half-changed: run it again, it picks up where it stopped")
     if result.rc != 0:
-        raise RlrunError(f"`rlrun {action}` failed on {sorted(h for h, r in result.hosts.items() if r.failed or r.unreachable)} "
-                         f"(ansible exit {result.rc})")
+        failed = sorted(h for h, r in result.hosts.items() if r.failed or r.unreachable)
+        raise RlrunError(f"`rlrun {action}` failed on {failed} (ansible exit {result.rc})")
+
+
+def _max_time(default: int):
+    return click.option("--max-time", type=click.FloatRange(min=1), default=default, show_default=True,
+                        help="Seconds the whole playbook may take before rlrun stops it.")
 
 
 @cli.command()
 @click.option("-v", "--verbose", is_flag=True, help="Show Ansible's own output.")
+@_max_time(3600)
 @pass_ctx
-def up(obj, verbose):
+def up(obj, verbose, max_time):
     """Provision the cluster: site.yml (validate, stack, Ray head and workers, status)."""
-    _playbook(obj, "up", verbose, "up")
+    _playbook(obj, "up", verbose, "up", max_time)
 
 
 @cli.command()
 @click.option("-v", "--verbose", is_flag=True, help="Show Ansible's own output.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask; tear down at once (scripts).")
+@_max_time(900)
 @pass_ctx
-def down(obj, verbose):
-    """Tear this cluster down (its own processes only, by pidfile or unit)."""
-    _playbook(obj, "down", verbose, "down")
+def down(obj, verbose, yes, max_time):
+    """Tear this cluster down (its own processes only, by pidfile or unit): asks first, naming the cluster."""
+    cluster = obj.cluster
+    running = _running_jobs(obj)
+    what = (f"cluster '{cluster.name}' from inventory {cluster.inventory} (head {cluster.head}, "
+            f"{len(cluster.nodes)} node{'s' if len(cluster.nodes) != 1 else ''}: {', '.join(cluster.nodes)}"
+            f"{'; reward service on ' + ', '.join(cluster.reward_hosts) if cluster.reward_hosts else ''})")
+    say(f"this stops {what}{running}")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise RlrunError(f"not tearing down {what} without a confirmation: stdin is not a terminal, "
+                             "pass --yes")
+        if not click.confirm(f"tear down cluster '{cluster.name}'?", default=False, err=True):
+            raise RlrunError("nothing torn down")
+    _playbook(obj, "down", verbose, "down", max_time)
+
+
+def _running_jobs(obj: Context) -> str:
+    """'; 2 jobs running: a, b' when the cluster answers quickly; '' otherwise (down must work on a dead head)."""
+    from rlrun.jobs import Jobs
+
+    try:
+        rows = Jobs(obj.cluster, timeout=min(obj.timeout, 5.0)).rows()
+    except RlrunError:
+        return ""
+    live = [r.job_id for r in rows if r.status in ("RUNNING", "PENDING")]
+    return f"; it kills {len(live)} running job{'s' if len(live) != 1 else ''}: {', '.join(live)}" if live else ""
 
 
 @cli.command()
 @click.option("-v", "--verbose", is_flag=True, help="Show Ansible's own output.")
+@_max_time(900)
 @pass_ctx
-def check(obj, verbose):
+def check(obj, verbose, max_time):
     """Preflight every host: same versions, ports free (or this cluster's) and reachable,
     ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward service; one table of problems."""
-    _playbook(obj, "preflight", verbose, "check", show_messages=True)
+    _playbook(obj, "preflight", verbose, "check", max_time, show_messages=True)
+
+
+def _columns(lines: list[tuple[str, ...]]) -> str:
+    """Plain aligned columns (like `kubectl get`): never cut, whatever the terminal's width, so ids can be
+    copied and grepped."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
 
 
 def _fmt_time(ms) -> str:
     return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
 
 
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
 @cli.command()
 @click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("-f", "--follow", is_flag=True, help="With JOB_ID: the progress view until the job ends.")
 @pass_ctx
-def status(obj, job_id, as_json):
-    """Cluster status (nodes, CPUs, GPUs), or one job's status with JOB_ID."""
+def status(obj, job_id, as_json, follow):
+    """Cluster status: nodes, CPUs, GPUs and reward services against the inventory (exit 1 when anything is
+    off), or one job's status with JOB_ID."""
     if job_id:
-        info = obj.jobs().info(job_id)
+        jobs = obj.jobs()
+        if follow:
+            _follow(obj, jobs, job_id)
+            return
+        from rlrun.jobs import short_message
+
+        info = jobs.info(job_id)
+        message = short_message(info.message)
         if as_json:
-            click.echo(json.dumps({"job_id": job_id, "status": str(info.status.value), "message": info.message}))
+            click.echo(json.dumps({"job_id": job_id, "status": str(info.status.value), "message": message}))
         else:
-            click.echo(f"{job_id}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+            click.echo(f"{job_id}: {info.status.value}" + (f" ({message})" if message else ""))
         return
-    from rlrun.dashboard import list_nodes, reward_health
+    if follow:
+        raise RlrunError("--follow needs a JOB_ID (rlrun status -f JOB)")
+    from rlrun.dashboard import cluster_problems, list_nodes, reward_health
 
     cluster = obj.cluster
-    nodes = list_nodes(cluster.dashboard_url, cluster.token)
+    nodes = list_nodes(cluster.dashboard_url, cluster.token, timeout=obj.timeout)
+    reward = {u: reward_health(u, timeout=min(obj.timeout, 5.0)) for u in cluster.reward_urls}
+    problems = cluster_problems(cluster, nodes, reward)
     if as_json:
         click.echo(json.dumps({"cluster": cluster.name, "dashboard": cluster.dashboard_url,
-                               "nodes": [n.__dict__ for n in nodes],
-                               "reward_services": {u: reward_health(u) for u in cluster.reward_urls}}))
-        return
-    table = Table(title=f"cluster {cluster.name} at {cluster.dashboard_url}")
-    for col in ("node", "head", "state", "CPUs", "GPUs"):
-        table.add_column(col)
-    for n in sorted(nodes, key=lambda n: (not n.is_head, n.node_ip)):
-        table.add_row(n.node_ip, "yes" if n.is_head else "", n.state, f"{n.cpus:g}", f"{n.gpus:g}")
-    console.print(table)
-    alive = [n for n in nodes if n.alive]
-    console.print(f"{len(alive)} alive of {len(cluster.nodes)} in the inventory; "
-                  f"{sum(n.cpus for n in alive):g} CPUs, {sum(n.gpus for n in alive):g} GPUs")
-    for url in cluster.reward_urls:
-        console.print(f"reward service {url}: {reward_health(url)}", highlight=False)
+                               "nodes": [n.__dict__ for n in nodes], "reward_services": reward,
+                               "problems": problems}))
+    else:
+        table = Table(title=f"cluster {cluster.name} at {cluster.dashboard_url}")
+        for col in ("node", "head", "state", "CPUs", "GPUs"):
+            table.add_column(col)
+        for n in sorted(nodes, key=lambda n: (not n.is_head, n.node_ip)):
+            table.add_row(n.node_ip, "yes" if n.is_head else "", n.state, f"{n.cpus:g}", f"{n.gpus:g}")
+        console.print(table)
+        alive = [n for n in nodes if n.alive]
+        console.print(f"{len(alive)} alive of {len(cluster.nodes)} in the inventory; "
+                      f"{sum(n.cpus for n in alive):g} CPUs, {sum(n.gpus for n in alive):g} GPUs")
+        for url, health in reward.items():
+            console.print(f"reward service {url}: {health}", highlight=False)
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise RlrunError(f"cluster {cluster.name} is not as the inventory says "
+                         f"({len(problems)} problem{'s' if len(problems) != 1 else ''}):\n{lines}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="The problems as JSON.")
+@pass_ctx
+def validate(obj, as_json):
+    """Check the inventory offline (no host is touched): types, ranges, addresses, paths, groups, cluster name,
+    token, ports against each other. Every problem at once; exit 1 when there is any."""
+    from rlrun.validate import validate_inventory
+
+    report = validate_inventory(obj.inventory, vault_password_file=obj.vault_password_file)
+    if as_json:
+        click.echo(json.dumps({"inventory": str(obj.inventory), "problems": [p.to_json() for p in report.problems],
+                               "hosts": report.hosts}))
+    if report.problems:
+        n = len(report.problems)
+        raise RlrunError(f"inventory {obj.inventory}: {n} problem{'s' if n != 1 else ''}:\n"
+                         + "\n".join(f"  - {p}" for p in report.problems))
+    if not as_json:
+        click.echo(f"inventory {obj.inventory}: ok (cluster {report.cluster_name}, {len(report.hosts)} "
+                   f"host{'s' if len(report.hosts) != 1 else ''}: {', '.join(report.hosts)})")
+
+
+# --- jobs: submit / list / logs / stop / plot ---------------------------------------------------------------
 
 
 def _parse_env(pairs) -> dict[str, str]:
@@ -168,7 +293,24 @@ def _parse_env(pairs) -> dict[str, str]:
     return env
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class _SubmitCommand(click.Command):
+    """Options end at the first word of the command; options written after it are refused unless a `--`
+    says they belong to the command (`rlrun submit python train.py --env A=B` is ambiguous)."""
+
+    def parse_args(self, ctx, args):
+        raw = list(args)  # click's parser consumes the list it is given
+        rest = super().parse_args(ctx, args)
+        entry = ctx.params.get("entrypoint") or ()
+        after_dashdash = len(raw) > len(entry) and raw[len(raw) - len(entry) - 1] == "--"
+        flags = [w for w in entry[1:] if w.startswith("-")]
+        if entry and not after_dashdash and flags:
+            raise click.UsageError(
+                f"{' '.join(flags[:3])} after the command {entry[0]!r}: rlrun's options go before the command and "
+                f"the command after `--`, e.g. rlrun submit [OPTIONS] -- {' '.join(entry)}", ctx)
+        return rest
+
+
+@cli.command(cls=_SubmitCommand, context_settings={"allow_interspersed_args": False})
 @click.option("--preset", "-p", "preset_name", metavar="NAME",
               help="Submit a named trainer job (see `rlrun presets`) instead of a command after `--`.")
 @click.option("--set", "set_pairs", multiple=True, metavar="KEY=VALUE",
@@ -179,24 +321,33 @@ def _parse_env(pairs) -> dict[str, str]:
 @click.option("--no-check", is_flag=True, help="Skip the checks against the live cluster (placement, reward "
               "service, paths on the nodes); the trainer's own config checks still run.")
 @click.option("--debug", is_flag=True, help="Set RAY_DEBUG_POST_MORTEM=1: a failing task waits for Ray's debugger.")
-@click.option("--follow", "-f", is_flag=True, help="Stream the logs with a progress bar; exit non-zero unless "
-              "the job succeeds.")
+@click.option("--follow", "-f", is_flag=True, help="Follow with a progress view (metrics and errors; the full log "
+              "stays in `rlrun logs`); exit non-zero unless the job succeeds.")
 @click.option("--working-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory uploaded as the job's working_dir (default: the current directory).")
+              help="Directory uploaded as the job's working_dir (default: the current directory for a command; "
+              "nothing for a preset, which runs the trainer installed on the nodes).")
 @click.option("--no-working-dir", is_flag=True, help="Upload nothing; run in the head's default directory.")
 @click.option("--exclude", multiple=True, help="Extra pattern left out of the upload (repeatable).")
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the job's environment (repeatable).")
+@click.option("--name", help="A name for the job, shown by `rlrun list` (default: the preset or the command).")
 @click.option("--submission-id", help="Job id to use (default: rlrun-<time>-<random>).")
 @click.option("--num-cpus", type=float, default=0, show_default=True, help="CPUs reserved for the entrypoint.")
 @click.option("--num-gpus", type=float, default=0, show_default=True, help="GPUs reserved for the entrypoint.")
 @click.argument("entrypoint", nargs=-1, type=click.UNPROCESSED)
 @pass_ctx
 def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, follow, working_dir, no_working_dir,
-           exclude, env_pairs, submission_id, num_cpus, num_gpus, entrypoint):
+           exclude, env_pairs, name, submission_id, num_cpus, num_gpus, entrypoint):
     """Submit a job: rlrun submit [OPTIONS] -- COMMAND [ARGS]...  or  rlrun submit --preset NAME [--set K=V]..."""
     from rlrun.jobs import DEFAULT_EXCLUDES, build_runtime_env
 
-    wd = None if no_working_dir else (working_dir or Path.cwd()).resolve()
+    if no_working_dir and working_dir:
+        raise RlrunError("give --working-dir DIR or --no-working-dir, not both")
+    if working_dir:
+        wd = working_dir.resolve()
+    elif no_working_dir or preset_name:
+        wd = None  # a preset runs `python -m trainer...` as installed on the nodes: nothing to upload
+    else:
+        wd = Path.cwd().resolve()
     env = _parse_env(env_pairs)
     if debug:
         env["RAY_DEBUG_POST_MORTEM"] = "1"
@@ -230,21 +381,22 @@ def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, f
     if job is not None and not no_check:
         _check_job(obj, job, wd, DEFAULT_EXCLUDES + list(exclude), probe=not dry_run)
     if dry_run:
-        err_console.print("dry run: nothing submitted", highlight=False, markup=False, soft_wrap=True)
+        say("dry run: nothing submitted")
         return
     jobs = obj.jobs()
-    job_id = jobs.submit(entrypoint, runtime_env, submission_id, num_cpus, num_gpus,
-                         metadata={"preset": preset_name} if preset_name else None)
-    inv = f" -i {obj.inventory_arg}" if obj.inventory_arg else ""
-    err_console.print(f"submitted {job_id} to {obj.cluster.dashboard_url}", highlight=False, markup=False, soft_wrap=True)
+    metadata = {k: v for k, v in (("preset", preset_name), ("name", name)) if v}
+    job_id = jobs.submit(entrypoint, runtime_env, submission_id, num_cpus, num_gpus, metadata=metadata)
+    inv = obj.inv_flag
+    say(f"submitted {job_id} to cluster {obj.cluster.name}"
+        + ("" if wd else " (nothing uploaded: it runs what the nodes have installed)"))
+    say(f"dashboard: {obj.cluster.dashboard_url}/#/jobs/{job_id} (it asks for the cluster token)")
     if not follow:
-        err_console.print(f"next:\n  rlrun{inv} logs -f {job_id}\n  rlrun{inv} status {job_id}\n"
-                          f"  rlrun{inv} plot {job_id}\n  rlrun{inv} stop {job_id}", highlight=False, markup=False, soft_wrap=True)
+        say(f"next:\n  rlrun{inv} status -f {job_id}   # progress view\n  rlrun{inv} logs -f {job_id}     # the whole "
+            f"log\n  rlrun{inv} plot {job_id}\n  rlrun{inv} stop {job_id}")
         click.echo(job_id)
         return
-    err_console.print(f"following (Ctrl-C stops following, not the job); later: rlrun{inv} plot {job_id}",
-                      highlight=False, markup=False, soft_wrap=True)
-    _follow(jobs, job_id, inv)
+    say(f"following (Ctrl-C stops following, not the job); the whole log: rlrun{inv} logs {job_id}")
+    _follow(obj, jobs, job_id)
 
 
 def _preset_job(obj: Context, name: str, set_pairs, presets_dir, wd: Path | None, dry_run: bool) -> dict:
@@ -256,18 +408,17 @@ def _preset_job(obj: Context, name: str, set_pairs, presets_dir, wd: Path | None
     context = {"workdir": str(wd or Path.cwd().resolve()), "reward_url": ",".join(obj.cluster.reward_urls)}
     cfg = P.build_config(preset, sets, context)
     where = "built-in" if preset.builtin else str(preset.path)
-    err_console.print(f"preset {preset.name} ({where}): {preset.description}; expects {preset.hardware}",
-                      highlight=False, markup=False, soft_wrap=True)
+    say(f"preset {preset.name} ({where}): {preset.description}; expects {preset.hardware}")
     for key, old, new in P.differences(preset, sets):
-        err_console.print(f"  --set {key}: {old!r} (preset) -> {new!r}", highlight=False, markup=False, soft_wrap=True)
+        say(f"  --set {key}: {old!r} (preset) -> {new!r}")
     if not sets:
-        err_console.print("  no --set overrides", highlight=False, markup=False, soft_wrap=True)
+        say("  no --set overrides")
     todo = P.missing_artifacts(preset, context)
     if dry_run:
         for path, command in todo:
-            err_console.print(f"  would make {path}: {' '.join(command[1:])}", highlight=False, markup=False, soft_wrap=True)
+            say(f"  would make {path}: {' '.join(command[1:])}")
     else:
-        P.make_artifacts(todo, log=lambda text: err_console.print(f"  {text}", highlight=False, markup=False, soft_wrap=True))
+        P.make_artifacts(todo, log=lambda text: say(f"  {text}"))
     named = {**preset.values, **sets}
     return {"config": cfg, "entrypoint": P.entrypoint(cfg, named), "expects_gpus": preset.hardware.accelerator == "gpu"}
 
@@ -277,16 +428,16 @@ def _check_job(obj: Context, job: dict, wd: Path | None, excludes: list[str], pr
     from rlrun.jobcheck import check, gather
 
     cluster = obj.cluster
-    view = gather(cluster, job["config"], wd, probe=probe, jobs=obj.jobs() if probe else None)
+    view = gather(cluster, job["config"], wd, probe=probe, jobs=obj.jobs() if probe else None, timeout=obj.timeout)
     report = check(job["config"], view, expects_gpus=job["expects_gpus"], workdir=wd, excludes=excludes)
-    err_console.print(f"checks against cluster {cluster.name} at {cluster.dashboard_url}:", highlight=False, markup=False, soft_wrap=True)
+    say(f"checks against cluster {cluster.name} at {cluster.dashboard_url}:")
     for line in report.lines:
-        err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+        say(f"  {line}")
     for note in report.notes:
-        err_console.print(f"  note: {note}", highlight=False, markup=False, soft_wrap=True)
+        say(f"  note: {note}")
     if not probe:
-        err_console.print("  note: paths on the nodes are looked at by a probe job, which --dry-run does not "
-                          "submit; the reward service was asked from this machine", highlight=False, markup=False, soft_wrap=True)
+        say("  note: paths on the nodes are looked at by a probe job, which --dry-run does not submit; the reward "
+            "service was asked from this machine")
     if report.problems:
         lines = "\n".join(f"  - {p}" for p in report.problems)
         raise RlrunError(f"refused: the job cannot run on cluster {cluster.name} "
@@ -294,22 +445,28 @@ def _check_job(obj: Context, job: dict, wd: Path | None, excludes: list[str], pr
                          "(--no-check skips these checks)")
 
 
-def _follow(jobs, job_id: str, inv: str) -> None:
+def _follow(obj: Context, jobs, job_id: str) -> None:
     from rlrun.follow import follow
+    from rlrun.jobs import short_message
 
+    inv = obj.inv_flag
     try:
         final, follower = follow(jobs, job_id, err_console)
     except KeyboardInterrupt:
-        err_console.print(f"\nstopped following; the job keeps running: rlrun{inv} stop {job_id}", soft_wrap=True)
+        say(f"\nstopped following; the job keeps running: rlrun{inv} stop {job_id}")
         raise SystemExit(130) from None
     steps = f" after {follower.step}/{follower.total} steps" if follower.total is not None else ""
     summary = f"; last {follower.summary()}" if follower.summary() else ""
-    err_console.print(f"job {job_id}: {final}{steps}{summary}", highlight=False, markup=False, soft_wrap=True)
+    say(f"job {job_id}: {final}{steps}{summary}")
     if follower.curve():
-        err_console.print(follower.curve(), highlight=False, markup=False, soft_wrap=True)
+        say(follower.curve())
     if final != "SUCCEEDED":
         info = jobs.info(job_id)
-        raise RlrunError(f"job {job_id} ended {final}" + (f": {info.message}" if info.message else ""))
+        message = short_message(info.message)
+        tail = follower.failure_tail(jobs.logs(job_id), 30)
+        if tail.strip():
+            say(f"the log ends (all of it: rlrun{inv} logs {job_id}):\n{tail.rstrip()}")
+        raise RlrunError(f"job {job_id} ended {final}" + (f": {message}" if message else ""))
 
 
 @cli.command()
@@ -367,61 +524,121 @@ def _derived_names() -> tuple[str, ...]:
 
 
 @cli.command()
-@click.argument("job_id", required=False)
+@click.argument("job_ids", nargs=-1, metavar="[JOB]...")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="PNG to write (default: JOB_ID.png).")
-@click.option("--log", "log_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the metrics from a saved job log instead of the cluster.")
+              help="PNG to write (default: JOB.png, or JOB1-vs-JOB2.png for several).")
+@click.option("--log", "log_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Read a run's metrics from a saved job log instead of the cluster (repeatable).")
+@click.option("--smooth", type=click.FloatRange(0, 0.999), default=None,
+              help="Exponential smoothing weight in [0, 1) (TensorBoard's; default: by run length; 0 = off). "
+              "The raw values stay as a faint line.")
 @pass_ctx
-def plot(obj, job_id, output, log_file):
-    """Plot a job's reward, KL, losses and phase timings (from its @metrics log lines) to a PNG."""
-    from rlrun.plot import read_log, write_png
+def plot(obj, job_ids, output, log_files, smooth):
+    """Plot jobs' metrics to a PNG: reward and accuracy, KL, losses, lengths, timings, learning rate; several
+    jobs (or --log files) are overlaid, one colour each."""
+    from rlrun.plot import read_run, write_png
 
-    if not job_id and not log_file:
-        raise RlrunError("give a JOB_ID (see `rlrun list`) or --log FILE")
-    text = log_file.read_text(encoding="utf-8", errors="replace") if log_file else obj.jobs().logs(job_id)
-    source = str(log_file) if log_file else f"job {job_id}"
-    plan, rows = read_log(text.splitlines())
-    if not rows:
-        raise RlrunError(f"{source}: no @metrics lines in the log (has it finished a step yet? is it a "
+    if not job_ids and not log_files:
+        raise RlrunError("give one or more JOB ids (see `rlrun list`) or --log FILE")
+    runs = []
+    jobs = obj.jobs() if job_ids else None
+    for job_id in job_ids:
+        info = jobs.info(job_id)
+        preset = (info.metadata or {}).get("preset") or (info.metadata or {}).get("name")
+        runs.append(read_run(jobs.logs(job_id).splitlines(), job_id, preset))
+    for path in log_files:
+        runs.append(read_run(path.read_text(encoding="utf-8", errors="replace").splitlines(), path.stem))
+    empty = [r.label for r in runs if not r.rows]
+    if empty:
+        raise RlrunError(f"no @metrics lines in the log of {', '.join(empty)} (has it finished a step yet? is it a "
                          "`python -m trainer.train_ppo_ray` job?)")
-    out = output or Path(f"{job_id or log_file.stem}.png")
-    total = f"/{plan['total_steps']}" if "total_steps" in plan else ""
-    plotted = write_png(rows, out, f"{source}: {len(rows)}{total} steps")
+    out = output or Path("-vs-".join(r.label for r in runs)[:150] + ".png")
+    plotted = write_png(runs, out, smooth=smooth)
     click.echo(f"wrote {out}: " + "; ".join(f"{panel}: {', '.join(keys)}" for panel, keys in plotted.items()))
 
 
 @cli.command(name="list")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every field, full ids).")
+@click.option("--status", "statuses", multiple=True, metavar="STATUS",
+              type=click.Choice(["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"], case_sensitive=False),
+              help="Only jobs in this state (repeatable).")
+@click.option("--name", "name_glob", metavar="PATTERN", help="Only jobs whose name or preset matches (glob).")
+@click.option("-n", "--last", "last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="The most recent N jobs (0 = all).")
+@click.option("--drivers/--no-drivers", default=True, show_default=True,
+              help="Include drivers that connected without the Jobs API.")
+@click.option("--all", "show_all", is_flag=True, help="Also rlrun's own probe jobs (the pre-submit checks).")
 @pass_ctx
-def list_(obj, as_json):
-    """List the cluster's jobs."""
-    jobs = obj.jobs().list()
+def list_(obj, as_json, statuses, name_glob, last, drivers, show_all):
+    """List the cluster's jobs: id, name or preset, status, step, start and duration."""
+    import fnmatch
+
+    jobs = obj.jobs()
+    rows = jobs.rows()
+    if not show_all:
+        from rlrun.probe import PROBE_JOB_PREFIX
+
+        rows = [r for r in rows if not r.job_id.startswith(PROBE_JOB_PREFIX)]
+    if statuses:
+        wanted = {s.upper() for s in statuses}
+        rows = [r for r in rows if r.status in wanted]
+    if name_glob:
+        rows = [r for r in rows if fnmatch.fnmatch(r.name, name_glob) or (r.preset and fnmatch.fnmatch(r.preset, name_glob))]
+    if not drivers:
+        rows = [r for r in rows if r.kind != "DRIVER"]
+    if last:
+        rows = rows[-last:]
+    jobs.add_progress(rows)
     if as_json:
-        click.echo(json.dumps([{"job_id": j.submission_id, "status": str(j.status.value),
-                                "entrypoint": j.entrypoint, "start_time": j.start_time,
-                                "end_time": j.end_time} for j in jobs]))
+        click.echo(json.dumps([r.to_json() for r in rows]))
         return
-    table = Table(title=f"jobs on {obj.cluster.dashboard_url}")
-    for col in ("job", "status", "started", "ended", "entrypoint"):
-        table.add_column(col)
-    for j in jobs:
-        table.add_row(j.submission_id or j.job_id or "-", str(j.status.value), _fmt_time(j.start_time),
-                      _fmt_time(j.end_time), (j.entrypoint or "")[:60])
-    console.print(table)
+    say(f"jobs on cluster {obj.cluster.name} ({obj.cluster.dashboard_url})")
+    lines = [("JOB", "NAME", "STATUS", "STEP", "STARTED", "TOOK")]
+    for r in rows:
+        step = f"{r.step}/{r.total_steps}" if r.step is not None else (f"0/{r.total_steps}" if r.total_steps else "-")
+        name = r.name if len(r.name) <= 28 else r.name[:27] + "…"
+        lines.append((r.job_id, name, r.status + (" (driver)" if r.kind == "DRIVER" else ""), step,
+                      _fmt_time(r.start_time), _fmt_duration(r.duration)))
+    if rows:
+        click.echo(_columns(lines))
+    else:
+        say("no jobs" + (" match" if statuses or name_glob else ""))
 
 
 @cli.command()
 @click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--tail", "tail", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the last N lines (with -f: then stream what comes).")
 @pass_ctx
-def logs(obj, job_id, follow):
-    """Print a job's logs."""
+def logs(obj, job_id, follow, tail):
+    """Print a job's whole log (library warnings included; `rlrun status -f JOB` shows the progress view)."""
+    from rlrun.jobs import log_tail
+
     jobs = obj.jobs()
-    if follow:
-        _follow(jobs, job_id, f" -i {obj.inventory_arg}" if obj.inventory_arg else "")
-    else:
-        sys.stdout.write(jobs.logs(job_id))
+    if not follow:
+        text = jobs.logs(job_id)
+        sys.stdout.write(log_tail(text, tail) if tail else text)
+        return
+    skip = 0
+    if tail:
+        text = jobs.logs(job_id)
+        sys.stdout.write(log_tail(text, tail))
+        skip = len(text)
+
+    def write(chunk: str) -> None:
+        nonlocal skip
+        if skip:
+            cut = min(skip, len(chunk))
+            chunk, skip = chunk[cut:], skip - cut
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+    try:
+        final = jobs.follow(job_id, write=write)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    say(f"job {job_id}: {final}")
 
 
 @cli.command()
@@ -444,20 +661,26 @@ _add_slurm()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: RlrunError -> one line on stderr, exit 1."""
+    """Entry point: every failure is one line on stderr and a non-zero exit (RLRUN_TRACEBACK=1 shows where)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         cli.main(args=argv, prog_name="rlrun", standalone_mode=False)
     except RlrunError as exc:
         err_console.print(f"error: {exc}", style="red", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        say("interrupted")
         return 130
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except SystemExit as exc:
-        return int(exc.code or 0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - the CLI's promise: no traceback, one line
+        if os.environ.get("RLRUN_TRACEBACK"):
+            raise
+        err_console.print(f"error: {one_line(exc)}", style="red", highlight=False, markup=False, soft_wrap=True)
+        return 1
     return 0
 
 

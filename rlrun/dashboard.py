@@ -88,6 +88,44 @@ def reward_health(url: str, timeout: float = 5.0) -> str:
     return "ok" if resp.status_code == 200 else f"HTTP {resp.status_code}"
 
 
+def cluster_problems(cluster, nodes: list[Node], reward: dict[str, str]) -> list[str]:
+    """What differs between the live cluster and its inventory (empty when nothing does): a host whose node is
+    not alive, a node with other GPUs than its host's ray_node__num_gpus, alive nodes the inventory does not
+    list, CPU and GPU totals as the status play counts them (rlrun.nodecheck.check_totals: cluster__expected_gpus,
+    else the hosts' ray_node__num_gpus; CPUs when every host pins ray_node__num_cpus), fewer nodes than
+    cluster__expected_nodes, a reward service that does not answer /health_check."""
+    from rlrun.nodecheck import check_totals
+
+    problems = []
+    alive = [n for n in nodes if n.alive]
+    by_ip: dict[str, list[Node]] = {}
+    for n in alive:
+        by_ip.setdefault(n.node_ip, []).append(n)
+    for host in cluster.nodes:
+        address = cluster.node_addresses.get(host)
+        here = by_ip.get(address, [])
+        if not here:
+            states = [n.state for n in nodes if n.node_ip == address]
+            problems.append(f"node {host} ({address}) is not alive"
+                            + (f" (state {states[-1]})" if states else " (not in the cluster)"))
+            continue
+        want, have = cluster.node_gpus.get(host), sum(n.gpus for n in here)
+        if want is not None and have != want:
+            problems.append(f"node {host} ({address}) has {have:g} GPUs, its ray_node__num_gpus is {want:g}")
+    strangers = sorted(ip for ip in by_ip if ip not in cluster.node_addresses.values())
+    if strangers:
+        problems.append(f"alive nodes the inventory does not list: {', '.join(strangers)}")
+    if cluster.expected_nodes is not None and len(alive) != cluster.expected_nodes:
+        problems.append(f"{len(alive)} nodes alive, cluster__expected_nodes is {cluster.expected_nodes}")
+    cpus = [cluster.node_cpus.get(h) for h in cluster.nodes]
+    expect_cpus = sum(cpus) if cpus and all(c is not None for c in cpus) else None
+    expect_gpus = (cluster.expected_gpus if cluster.expected_gpus is not None
+                   else sum(cluster.node_gpus.get(h) or 0.0 for h in cluster.nodes))
+    problems += check_totals(nodes, None, expect_cpus, expect_gpus)
+    problems += [f"reward service {url}: {health}" for url, health in reward.items() if health != "ok"]
+    return problems
+
+
 def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: float) -> Node:
     """Poll until a node with `node_ip` is ALIVE; the last error explains a timeout."""
     deadline = time.monotonic() + timeout

@@ -1,13 +1,17 @@
-"""Follow a job: its log lines as they come, and a progress bar of training steps with the reward.
+"""Follow a job: a clean progress view of its log, and a progress bar of training steps with the reward.
 
 The trainer prints ``@plan {"total_steps": N, ...}`` once and ``@metrics {"step": k, ...}`` per step
-(``trainer.metrics``); those tool lines drive the bar and are not echoed. Every other line goes to
-stdout. On a terminal the bar is drawn on stderr (rich); elsewhere (CI, pipes) a plain
-``[k/N] reward/mean=...`` line per step goes to stderr instead.
+(``trainer.metrics``); those tool lines drive the bar and are not echoed. The trainer's own lines (its
+``step k: ...`` metrics lines, data and sync notes) and errors (tracebacks, ERROR lines) go to stdout;
+library chatter (Python warnings with their source line, INFO / WARNING log lines of vLLM, DeepSpeed, Ray
+and torch, loading bars) is left out of the view: it stays in ``rlrun logs JOB``. On a terminal the bar
+is drawn on stderr (rich); elsewhere (CI, pipes) a plain ``[k/N] reward/mean=...`` line per step goes to
+stderr instead.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -25,6 +29,39 @@ from trainer.metrics import parse_log_line
 
 REWARD_KEY = "reward/mean"
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Ray's prefix of a worker's line, e.g. "(VllmEngine pid=20508, ip=10.0.0.2) ", possibly nested.
+RAY_PREFIX = re.compile(r"^(\([\w.:<>-]+ pid=\d+(?:, ip=[\d.:a-f]+)?\) ?)+")
+# A warning from the `warnings` module: "path/file.py:83: FutureWarning: text" (its source line follows).
+PY_WARNING = re.compile(r"^\S.*?:\d+: [A-Z]\w*Warning: ")
+NOISE = [re.compile(p) for p in (
+    r"^(DEBUG|INFO|WARNING|WARN)\s+\d\d-\d\d \d\d:\d\d:\d\d",          # vLLM
+    r"^\[\d{4}-\d\d-\d\d [\d:,.]+\] \[(DEBUG|INFO|WARNING)\]",       # DeepSpeed
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+\s+(DEBUG|INFO|WARNING)\s",  # Ray, Python logging
+    r"^\[?[WI]\d{4} \d\d:\d\d:\d\d\.\d+",                              # torch / glog W and I lines
+    r"^(DEBUG|INFO|WARNING|WARN):",                                  # logging.basicConfig style
+    r"\d+%\|.*\|| Completed \| \d+/\d+ \[",                            # progress bars (tqdm)
+    r"^\s*warnings\.warn\(",
+    r"^Running entrypoint for job ",                                 # Ray's echo of the command
+)]
+ERROR = re.compile(r"^(Traceback \(most recent call last\)|(\w+\.)*\w*(Error|Exception|Interrupt)(\(\w+\))?(: |$)|"
+                   r"ERROR\b|CRITICAL\b|\[\d{4}-[^]]*\] \[ERROR\]|\d{4}-\d\d-\d\d [\d:,.]+\s+ERROR\s)")
+
+
+def classify(line: str, after_warning: bool = False) -> str:
+    """'noise' (library chatter: hidden from the view), 'error' or 'trainer' (shown). `after_warning`: the
+    previous line of the same process was a Python warning, so an indented line is its source line."""
+    text = RAY_PREFIX.sub("", ANSI.sub("", line))
+    if not text.strip():
+        return "noise"
+    if ERROR.match(text):
+        return "error"
+    if PY_WARNING.match(text) or (after_warning and text.startswith("  ")):
+        return "noise"
+    if any(p.search(text) for p in NOISE):
+        return "noise"
+    return "trainer"
+
 
 class LogFollower:
     """Feed it log chunks (``write``); it splits lines, echoes people's lines and tracks the steps."""
@@ -40,6 +77,10 @@ class LogFollower:
         self.rewards: dict[int, float] = {}  # step -> reward/mean, for the curve at the end
         self.progress: Progress | None = None
         self.task = None
+        self.lines = 0  # log lines seen
+        self.hidden = 0  # of which left out of the view
+        self.last_error = -1  # index of the last error line shown
+        self._after_warning = False
 
     # --- lines ------------------------------------------------------------------------------------------
     def write(self, chunk: str) -> None:
@@ -54,13 +95,30 @@ class LogFollower:
             self.buffer = ""
 
     def line(self, line: str) -> None:
+        self.lines += 1
         parsed = parse_log_line(line)
-        if parsed is None:
-            self.echo(line)
-        elif parsed[0] == "plan":
-            self.plan(parsed[1])
-        else:
-            self.metrics(parsed[1])
+        if parsed is not None:
+            if parsed[0] == "plan":
+                self.plan(parsed[1])
+            else:
+                self.metrics(parsed[1])
+            return
+        kind = classify(line, self._after_warning)
+        self._after_warning = bool(PY_WARNING.match(RAY_PREFIX.sub("", ANSI.sub("", line)))) or (
+            self._after_warning and kind == "noise")
+        if kind == "noise":
+            self.hidden += 1
+            return
+        if kind == "error":
+            self.last_error = self.lines - 1
+        self.echo(ANSI.sub("", line))
+
+    def failure_tail(self, log: str, lines: int = 30) -> str:
+        """What to show once when the job failed: the log's last `lines` lines, unless the view has just
+        shown an error among them (then the traceback is on screen already)."""
+        if self.last_error >= self.lines - lines:
+            return ""
+        return "\n".join(ANSI.sub("", line) for line in log.splitlines()[-lines:])
 
     def echo(self, line: str) -> None:
         if self.progress is not None and self.out.isatty():

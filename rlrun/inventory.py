@@ -32,6 +32,14 @@ class Cluster:
     token_store: Path | None = None
     explicit_token: str | None = None
     reward_urls: list[str] = field(default_factory=list)
+    reward_hosts: list[str] = field(default_factory=list)
+    # What `rlrun status` holds the live cluster to: each host's address and GPUs (None = not pinned),
+    # and the totals the inventory expects (cluster__expected_nodes / cluster__expected_gpus; None = derive).
+    node_addresses: dict[str, str] = field(default_factory=dict)
+    node_gpus: dict[str, float | None] = field(default_factory=dict)
+    node_cpus: dict[str, float | None] = field(default_factory=dict)
+    expected_nodes: int | None = None
+    expected_gpus: float | None = None
 
     @property
     def token(self) -> str | None:
@@ -150,8 +158,24 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
                 cluster.explicit_token = str(get("cluster__token")).strip()
             else:
                 cluster.token_store = Path(get("cluster__token_store"))
-        cluster.reward_urls = [str(host_getter(h)[0]("cluster__reward_url"))
-                               for h in sorted(inv.get_groups_dict().get("reward_servers", []))]
+        cluster.reward_hosts = sorted(inv.get_groups_dict().get("reward_servers", []))
+        cluster.reward_urls = [str(host_getter(h)[0]("cluster__reward_url")) for h in cluster.reward_hosts]
+        for name in cluster.nodes:
+            host_get, host_vars = host_getter(name)
+            cluster.node_addresses[name] = str(host_get("cluster__node_address"))
+            for var, into in (("ray_node__num_gpus", cluster.node_gpus), ("ray_node__num_cpus", cluster.node_cpus)):
+                value = host_get(var) if var in host_vars else None
+                into[name] = None if value in (None, "") else float(value)
+        expected_nodes = hostvars.get("cluster__expected_nodes")
+        cluster.expected_nodes = int(get("cluster__expected_nodes")) if expected_nodes not in (None, "") else None
+        expected_gpus = hostvars.get("cluster__expected_gpus")
+        cluster.expected_gpus = float(get("cluster__expected_gpus")) if expected_gpus not in (None, "") else None
         return cluster
     except AnsibleError as exc:
-        raise RlrunError(f"inventory {inv_path}: {exc.message}") from None
+        from rlrun.errors import is_vault_error, vault_message
+
+        if is_vault_error(exc):
+            raise RlrunError(f"inventory {inv_path}: {vault_message(vault_password_file)}") from None
+        raise RlrunError(f"inventory {inv_path}: {' '.join(str(exc.message).split())}") from None
+    except (ValueError, TypeError) as exc:
+        raise RlrunError(f"inventory {inv_path}: {exc} (`rlrun validate` names the variable)") from None

@@ -269,18 +269,20 @@ def check(cfg: TrainerConfig, view: ClusterView, *, expects_gpus: bool = False, 
 
 
 # --- the live cluster ----------------------------------------------------------------------------------------
-def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jobs=None) -> ClusterView:
+def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jobs=None,
+           timeout: float = 10.0) -> ClusterView:
     """The view of a live cluster: nodes from the state API; reward health and paths from a probe job
     (``probe=True``), else reward health from this machine and paths not looked at."""
     from rlrun.dashboard import list_nodes, reward_health
 
     nodes = tuple(NodeView(n.node_ip, n.cpus, n.gpus, n.is_head)
-                  for n in list_nodes(cluster.dashboard_url, cluster.token) if n.alive)
+                  for n in list_nodes(cluster.dashboard_url, cluster.token, timeout=timeout) if n.alive)
     request = probe_request(cfg, workdir)
     if not any(request.values()):  # nothing on the nodes to look at
         return ClusterView(nodes, {}, "this machine", {})
     if not probe:
-        return ClusterView(nodes, {u: reward_health(u) for u in cfg.remote_rm_url}, "this machine", None)
+        return ClusterView(nodes, {u: reward_health(u, timeout=min(timeout, 5.0)) for u in cfg.remote_rm_url},
+                           "this machine", None)
     from rlrun.probe import run_probe
 
     found = run_probe(jobs, request)

@@ -11,6 +11,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlrun.errors import RlrunError
@@ -71,21 +72,131 @@ def build_runtime_env(working_dir: Path | None, env_vars: dict[str, str], exclud
     return runtime_env
 
 
-class Jobs:
-    """The Jobs API of one cluster."""
+DEFAULT_TIMEOUT = 30.0
 
-    def __init__(self, cluster: Cluster):
-        self.cluster = cluster
-        self.url = cluster.dashboard_url
-        headers = {"Authorization": f"Bearer {cluster.token}"} if cluster.auth_enabled else None
+
+def short_message(message: str | None) -> str:
+    """Ray's job message without the log it appends on failure ("..., last available logs (truncated to
+    20,000 chars): <log>"): rlrun shows the log's tail once, itself."""
+    if not message:
+        return ""
+    cut = message.find(", last available logs")
+    return (message[:cut] if cut >= 0 else message).strip()
+
+
+def log_tail(text: str, lines: int) -> str:
+    """The last `lines` lines of a log (all of it for lines <= 0)."""
+    if lines <= 0:
+        return text
+    kept = text.splitlines(keepends=True)[-lines:]
+    return "".join(kept)
+
+
+@dataclass
+class JobRow:
+    """One line of `rlrun list`: a submitted job or a driver that connected by itself."""
+
+    job_id: str  # the submission id, else Ray's driver job id: what `rlrun status/logs/stop` take
+    kind: str  # SUBMISSION | DRIVER
+    status: str
+    name: str  # the preset, the --name given at submit, else the start of the entrypoint
+    preset: str | None
+    start_time: int | None  # ms since the epoch
+    end_time: int | None
+    entrypoint: str
+    message: str
+    ray_job_id: str | None = None
+    step: int | None = None
+    total_steps: int | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to end (to now while it runs)."""
+        if not self.start_time:
+            return None
+        end = self.end_time or (time.time() * 1000 if self.status not in TERMINAL else self.start_time)
+        return max(0.0, (end - self.start_time) / 1000)
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "type": self.kind, "status": self.status, "name": self.name,
+                "preset": self.preset, "submission_id": self.job_id if self.kind == "SUBMISSION" else None,
+                "ray_job_id": self.ray_job_id, "step": self.step, "total_steps": self.total_steps,
+                "start_time": self.start_time, "end_time": self.end_time, "duration_s": self.duration,
+                "entrypoint": self.entrypoint, "message": self.message}
+
+
+def progress_of(log: str) -> tuple[int | None, int | None]:
+    """(last step, total steps) from a trainer job's @metrics / @plan lines; (None, None) for other jobs."""
+    from trainer.metrics import parse_log_line
+
+    step = total = None
+    for line in log.splitlines():
+        if not line.startswith("@"):
+            continue
+        parsed = parse_log_line(line)
+        if parsed is None:
+            continue
+        kind, payload = parsed
+        if kind == "plan" and isinstance(payload.get("total_steps"), int):
+            total = payload["total_steps"]
+        elif kind == "metrics" and isinstance(payload.get("step"), int):
+            step = payload["step"]
+    return step, total
+
+
+def row_of(job) -> JobRow:
+    """A JobRow from the SDK's JobDetails."""
+    meta = job.metadata or {}
+    kind = str(getattr(job.type, "value", job.type) or "SUBMISSION").upper()
+    job_id = job.submission_id or job.job_id or "-"
+    entry = job.entrypoint or ""
+    preset = meta.get("preset") or None
+    name = preset or meta.get("name") or _short(entry)
+    return JobRow(job_id=job_id, kind=kind, status=str(job.status.value), name=name or "-", preset=preset,
+                  start_time=job.start_time or None, end_time=job.end_time or None, entrypoint=entry,
+                  message=short_message(job.message), ray_job_id=job.job_id)
+
+
+def _short(entrypoint: str) -> str:
+    """The first words of an entrypoint, as a name for a job submitted without one."""
+    try:
+        words = shlex.split(entrypoint)
+    except ValueError:
+        words = entrypoint.split()
+    return " ".join(words[:3])[:40]
+
+
+class _Client:
+    """Ray's JobSubmissionClient with a timeout on every request (the SDK sets none: a head that accepts
+    connections and never answers would hang it forever)."""
+
+    @staticmethod
+    def make(url: str, headers: dict | None, timeout: float):
         from ray.job_submission import JobSubmissionClient
 
+        class Client(JobSubmissionClient):
+            def _do_request(self, method, endpoint, **kwargs):
+                kwargs.setdefault("timeout", (timeout, timeout))
+                return super()._do_request(method, endpoint, **kwargs)
+
+        return Client(url, headers=headers)
+
+
+class Jobs:
+    """The Jobs API of one cluster; every call waits at most `timeout` seconds for an answer."""
+
+    def __init__(self, cluster: Cluster, timeout: float = DEFAULT_TIMEOUT):
+        self.cluster = cluster
+        self.url = cluster.dashboard_url
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {cluster.token}"} if cluster.auth_enabled else {}
         with self._errors():
-            self.client = JobSubmissionClient(self.url, headers=headers)
+            self.client = _Client.make(self.url, self.headers or None, timeout)
 
     @contextlib.contextmanager
     def _errors(self, job_id: str | None = None) -> Iterator[None]:
         """Turn the SDK's exceptions into one line that names the cluster and the cause."""
+        import requests
         from ray.exceptions import AuthenticationError
 
         try:
@@ -94,13 +205,16 @@ class Jobs:
             why = "refused the token" if "Invalid" in str(exc) or "Forbidden" in str(exc) else "wants a token"
             raise RlrunError(f"the cluster at {self.url} {why}: check the inventory's token "
                              f"({self.cluster.token_store or 'cluster__token'})") from None
-        except ConnectionError:
+        except (requests.Timeout, TimeoutError, asyncio.TimeoutError):
+            raise RlrunError(f"the Ray Jobs API at {self.url} did not answer within {self.timeout:g} s "
+                             "(is the head overloaded or hung? --timeout SECONDS waits longer)") from None
+        except (ConnectionError, requests.ConnectionError):
             raise RlrunError(f"cannot reach the Ray Jobs API at {self.url}: is the cluster up? "
                              f"(`rlrun up`, `rlrun status`)") from None
         except RuntimeError as exc:
             if job_id and ("404" in str(exc) or "does not exist" in str(exc)):
                 raise RlrunError(f"no job '{job_id}' on the cluster at {self.url} (see `rlrun list`)") from None
-            raise RlrunError(f"the Jobs API at {self.url} failed: {exc}") from None
+            raise RlrunError(f"the Jobs API at {self.url} failed: {' '.join(str(exc).split())[:300]}") from None
 
     def submit(self, entrypoint: list[str], runtime_env: dict, submission_id: str | None = None,
                num_cpus: float = 0, num_gpus: float = 0, metadata: dict | None = None) -> str:
@@ -125,6 +239,17 @@ class Jobs:
         with self._errors():
             return sorted(self.client.list_jobs(), key=lambda j: j.start_time or 0)
 
+    def rows(self) -> list[JobRow]:
+        """Every job as a JobRow, oldest first."""
+        return [row_of(j) for j in self.list()]
+
+    def add_progress(self, rows: list[JobRow]) -> None:
+        """Fill in the last step of trainer jobs, read from their logs (a log that cannot be read: no step)."""
+        for row in rows:
+            if row.kind == "SUBMISSION" and row.job_id != "-":
+                with contextlib.suppress(RlrunError):
+                    row.step, row.total_steps = progress_of(self.logs(row.job_id))
+
     def logs(self, job_id: str) -> str:
         with self._errors(job_id):
             return self.client.get_job_logs(job_id)
@@ -133,16 +258,46 @@ class Jobs:
         with self._errors(job_id):
             return self.client.stop_job(job_id)
 
+    async def _tail(self, job_id: str, write) -> None:
+        """Ray's log tail (the dashboard's websocket) with a heartbeat: a head that stops answering pings
+        ends the follow with an error instead of a silent hang; a quiet job does not."""
+        import aiohttp
+
+        # No sock_read limit: a job may print nothing for minutes. The heartbeat (a ping every timeout/2
+        # s, answered by the dashboard's server) is what tells a quiet job from a hung head.
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout)
+        async with aiohttp.ClientSession(headers=self.headers, timeout=timeout) as session:
+            try:
+                ws = await asyncio.wait_for(
+                    session.ws_connect(f"{self.url}/api/jobs/{job_id}/logs/tail",
+                                       heartbeat=max(1.0, self.timeout / 2)), self.timeout)
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status == 404:
+                    raise RuntimeError(f"job {job_id} does not exist") from None
+                raise RuntimeError(f"log tail refused: HTTP {exc.status}") from None
+            except aiohttp.ClientConnectionError as exc:
+                raise ConnectionError(str(exc)) from None
+            async with ws:
+                while True:
+                    msg = await ws.receive()
+                    if msg.type == aiohttp.WSMsgType.TEXT:
+                        write(msg.data)
+                    elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                      aiohttp.WSMsgType.CLOSED):
+                        if ws.close_code == aiohttp.WSCloseCode.ABNORMAL_CLOSURE:
+                            raise TimeoutError("the log stream stopped (no answer to heartbeats)")
+                        return
+                    elif msg.type == aiohttp.WSMsgType.ERROR:
+                        exc = ws.exception()
+                        if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+                            raise TimeoutError(str(exc))
+                        raise RuntimeError(f"log stream of job {job_id} failed: {exc}")
+
     def follow(self, job_id: str, write=print) -> str:
         """Stream the job's logs until it ends; return its final status."""
-
-        async def tail() -> None:
-            async for chunk in self.client.tail_job_logs(job_id):
-                write(chunk)
-
         with self._errors(job_id):
             self.client.get_job_status(job_id)
-            asyncio.run(tail())
+            asyncio.run(self._tail(job_id, write))
             # The log stream closes when the job ends; the status may lag a moment.
             for _ in range(50):
                 status = self.status(job_id)

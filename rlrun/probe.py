@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 PROBE_TAG = "@probe"
+PROBE_JOB_PREFIX = "rlrun-probe-"  # `rlrun list` leaves these out (unless --all)
 
 
 def _look(paths: list[str], hub_ids: list[str]) -> tuple[str, list[str]]:
@@ -83,7 +84,7 @@ def run_probe(jobs, request: dict, timeout: float = 120.0) -> dict:
     from rlrun.errors import RlrunError
 
     source = Path(__file__).read_text(encoding="utf-8")
-    job_id = f"rlrun-probe-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    job_id = f"{PROBE_JOB_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     request = {**request, "timeout": timeout / 2}
     jobs.submit(["python", "-c", source, json.dumps(request)], {}, job_id, metadata={"rlrun": "probe"})
     deadline = time.monotonic() + timeout

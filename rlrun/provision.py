@@ -36,11 +36,13 @@ class RunResult:
     hosts: dict[str, HostResult]
     # What the playbook's debug tasks printed (e.g. the preflight's verdict).
     messages: list[str] = field(default_factory=list)
+    # The run was stopped at its time limit (ansible-runner's timeout).
+    timed_out: bool = False
 
 
 def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: dict | None = None,
-                 progress=None, vault_password_file: str | None = None) -> RunResult:
-    """Run playbook `name` (up | down | status | preflight) against `inventory`."""
+                 progress=None, vault_password_file: str | None = None, timeout: float | None = None) -> RunResult:
+    """Run playbook `name` (up | down | status | preflight) against `inventory`; stopped after `timeout` s."""
     import ansible_runner
 
     playbook = PLAYBOOKS[name]
@@ -72,6 +74,7 @@ def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: d
             cmdline=f"--vault-password-file {Path(vault_password_file).resolve()}" if vault_password_file else None,
             quiet=not verbose,
             event_handler=on_event,
+            timeout=int(timeout) if timeout else None,
         )
         hosts: dict[str, HostResult] = {}
         stats = runner.stats or {}
@@ -96,6 +99,6 @@ def run_playbook(name: str, inventory: Path, verbose: bool = False, extravars: d
                     msg = "; ".join(str(r.get("msg")) for r in res["results"] if r.get("failed")) or msg
                 hosts.setdefault(data.get("host", "?"), HostResult()).errors.append(
                     f"{data.get('task', '?')}: {str(msg).strip()}")
-        return RunResult(rc=runner.rc, hosts=hosts, messages=messages)
+        return RunResult(rc=runner.rc, hosts=hosts, messages=messages, timed_out=runner.status == "timeout")
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -383,7 +383,8 @@ class Trainer:
     def fit(self) -> None:
         cfg = self.cfg
         total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
-        self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator)
+        self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator,
+                          sft_warmup_steps=cfg.sft_warmup_steps)
         while self.sampler.episode < self.cfg.num_episodes and self.step_no < total:
             self.step()
         self.policy.run("save_hf", self.cfg.save_path)

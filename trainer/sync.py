@@ -415,7 +415,7 @@ def _allgather_bucket(items: list[tuple[str, torch.Tensor]]) -> Bucket:
     local = torch.cat([t.to(device) for t in parts])
     gathered = torch.empty(world * local.numel(), dtype=local.dtype, device=device)
     if dist.get_backend(group) == "nccl":
-        dist.all_gather_into_tensor(gathered, local, group=group)
+        dist.all_gather_single(gathered, local, group=group)  # all_gather_into_tensor is deprecated
     else:  # gloo: the list form, into views of the same buffer
         dist.all_gather(list(gathered.view(world, -1).unbind(0)), local, group=group)
     grid = gathered.view(world, local.numel())

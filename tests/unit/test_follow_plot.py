@@ -1,39 +1,93 @@
-"""Following a job's log (progress from @plan / @metrics lines) and plotting its metrics, on log text
-written by the trainer's own MetricsLogger."""
+"""Following a job's log (a clean progress view driven by @plan / @metrics lines) and plotting its metrics,
+on log text written by the trainer's own MetricsLogger and on lines taken from a real demo job's log."""
 
 from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
-from rlrun.follow import LogFollower
-from rlrun.plot import figure, read_log, write_png
+from rlrun.follow import LogFollower, classify
+from rlrun.plot import Run, figure, layout, lr_warmup_end, read_log, read_run, smooth, write_png
 from trainer.metrics import MetricsLogger
 
 
-def trainer_log(steps: int = 4) -> tuple[str, list[dict]]:
+def trainer_log(steps: int = 4, warmup: int = 0) -> tuple[str, list[dict]]:
     """A job log as the trainer prints it: people's lines, one @plan line, per step a line and @metrics."""
     out = io.StringIO()
     logger = MetricsLogger(None, print_fn=lambda text, flush=False: out.write(text + "\n"))
     out.write("data: {'prompts': 32}\n")
-    logger.plan(total_steps=steps, start_step=0, algorithm="rloo")
+    for step in range(1, warmup + 1):
+        out.write(f"warm-up step {step}/{warmup}: loss/sft={4.0 / step:.4f}\n")
+    logger.plan(total_steps=steps, start_step=0, algorithm="rloo", sft_warmup_steps=warmup)
     rows = []
     for step in range(1, steps + 1):
         metrics = {"reward/mean": 0.1 * step, "reward/std": 0.5, "kl/mean": 0.01 * step, "loss/policy": -0.2 / step,
-                   "loss/kl": 0.001 * step, "policy/clip_frac": 0.0, "timing/generate": 1.5, "timing/train": 2.0 + step}
+                   "loss/kl": 0.0, "policy/clip_frac": 0.01 * step, "timing/generate": 1.5, "timing/train": 2.0 + step,
+                   "lr/actor": 1e-6 * min(step, 2), "response_length/mean": 10.0 + step, "tokens/real": 4600.0}
         logger.log(step, metrics)
         rows.append(metrics)
     out.write("saved the model\n")
     return out.getvalue(), rows
 
 
-def test_follower_tracks_steps_and_reward_and_echoes_only_peoples_lines():
+# Lines as a real `rlrun submit --preset tiny-rloo` job's log has them (Ray's colour codes included).
+LIBRARY_LINES = [
+    "2026-11-24 04:21:10,005\tINFO worker.py:1841 -- Connecting to existing Ray cluster at address: 127.0.0.2:8100...",
+    "\x1b[36m(ModelWorker pid=25136)\x1b[0m [2026-11-24 04:21:13,960] [WARNING] [real_accelerator.py:213:get_accelerator] "
+    "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.",
+    "(ModelWorker pid=25136) /venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:83: FutureWarning: "
+    "`torch.distributed.reduce_scatter_tensor` is deprecated. Please use `torch.distributed.reduce_scatter_single` instead.",
+    "(ModelWorker pid=25136)   return func(*args, **kwargs)",
+    "(VllmEngine pid=25493) (MainProcess pid=25493) WARNING 11-24 04:23:54 [layerwise.py:266] RotaryEmbedding: "
+    "Failed to load weights",
+    "(VllmEngine pid=25493) (MainProcess pid=25493) INFO 11-24 04:23:54 [block_pool.py:861] Successfully reset prefix cache",
+    "(VllmEngine pid=20508) W1124 04:18:16.338000 20508 torch/_library/triton.py:53] Triton not available",
+    "(VllmEngine pid=20508) [W1124 04:18:17.851159870 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy",
+    "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 248.36it/s]",
+    "Writing model shards: 100%|██████████| 1/1 [00:00<00:00, 132.91it/s]",
+    "(ModelWorker pid=25136) ",
+    "Running entrypoint for job rlrun-20261124-042106-7e5d86: python -m trainer.train_ppo_ray --pretrain x",
+]
+TRAINER_LINES = [
+    "data: {'records': 128, 'loaded': 128, 'kept': 128, 'missing_input': 0, 'too_long': 0}",
+    "weight sync: --vllm_sync_backend nccl needs GPUs; this cluster has none, so gloo",
+    "warm-up step 3/25: loss/sft=3.5571",
+    "step 1: kl/mean=0 loss/kl=0 loss/policy=-0.01125 lr/actor=0.0003 | generate=37.61s train=0.31s",
+]
+ERROR_LINES = [
+    "Traceback (most recent call last):",
+    "ray.exceptions.RayTaskError(RuntimeError): ray::ModelWorker.train_policy() (pid=25136, ip=127.0.0.2)",
+    "RuntimeError: CUDA out of memory",
+    "(ModelWorker pid=1) [2026-11-24 04:21:13,960] [ERROR] [engine.py:1:step] optimizer state is gone",
+    "2026-11-24 04:21:10,005\tERROR worker.py:1 -- Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1')",
+]
+
+
+@pytest.mark.parametrize("line", LIBRARY_LINES)
+def test_library_chatter_is_left_out_of_the_view(line):
+    assert classify(line, after_warning="return func" in line) == "noise"
+
+
+@pytest.mark.parametrize("line", TRAINER_LINES)
+def test_the_trainers_own_lines_are_shown(line):
+    assert classify(line) == "trainer"
+
+
+@pytest.mark.parametrize("line", ERROR_LINES)
+def test_errors_are_shown(line):
+    assert classify(line) == "error"
+
+
+def test_follower_tracks_steps_and_reward_and_shows_only_the_trainers_lines():
     text, _ = trainer_log()
+    noisy = "\n".join(LIBRARY_LINES) + "\n"
     err, out = io.StringIO(), io.StringIO()
     follower = LogFollower(Console(file=err, width=200), out=out, live=False)
-    for i in range(0, len(text), 37):  # chunks that cut lines in the middle, as a stream does
-        follower.write(text[i:i + 37])
+    stream = noisy + text + noisy
+    for i in range(0, len(stream), 37):  # chunks that cut lines in the middle, as a stream does
+        follower.write(stream[i:i + 37])
     follower.close()
     assert (follower.total, follower.step) == (4, 4)
     assert follower.summary() == "reward/mean=0.4 kl/mean=0.04"
@@ -42,7 +96,26 @@ def test_follower_tracks_steps_and_reward_and_echoes_only_peoples_lines():
         "[3/4] reward/mean=0.3 kl/mean=0.03", "[4/4] reward/mean=0.4 kl/mean=0.04"]
     shown = out.getvalue()
     assert "@metrics" not in shown and "@plan" not in shown
+    assert "Warning" not in shown and "WARNING" not in shown and "INFO" not in shown and "\x1b[" not in shown
     assert shown.startswith("data: {'prompts': 32}\nstep 1: ") and shown.endswith("saved the model\n")
+    assert follower.hidden == 2 * len(LIBRARY_LINES)
+
+
+def test_a_failure_shows_the_logs_tail_once():
+    err, out = io.StringIO(), io.StringIO()
+    quiet_fail = "step 1: reward/mean=0\n" + "\n".join(LIBRARY_LINES) + "\n"  # died without a traceback
+    follower = LogFollower(Console(file=err), out=out, live=False)
+    follower.write(quiet_fail)
+    follower.close()
+    tail = follower.failure_tail(quiet_fail, lines=5)
+    assert tail.splitlines() == [line.replace("\x1b[36m", "").replace("\x1b[0m", "") for line in LIBRARY_LINES[-5:]]
+    # With the traceback on screen already, the tail is not printed again.
+    loud_fail = quiet_fail + "\n".join(ERROR_LINES[:3]) + "\n"
+    follower = LogFollower(Console(file=err), out=(shown := io.StringIO()), live=False)
+    follower.write(loud_fail)
+    follower.close()
+    assert follower.failure_tail(loud_fail, lines=30) == ""
+    assert shown.getvalue().count("RuntimeError: CUDA out of memory") == 1
 
 
 def test_follower_draws_a_rich_bar_on_a_terminal():
@@ -56,23 +129,69 @@ def test_follower_draws_a_rich_bar_on_a_terminal():
     assert "2/2" in err.getvalue()
 
 
-def test_plot_has_a_curve_per_metric_with_the_logged_values(tmp_path):
-    text, rows = trainer_log()
-    plan, parsed = read_log(text.splitlines())
-    assert plan["total_steps"] == 4 and [r["step"] for r in parsed] == [1, 2, 3, 4]
-    fig, plotted = figure(parsed, "job x")
-    assert plotted == {"reward": ["reward/mean", "reward/std"], "KL": ["kl/mean", "loss/kl"],
-                       "losses": ["loss/policy"], "phase timings": ["timing/generate", "timing/train"],
-                       "other": ["policy/clip_frac"]}
-    curves = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
-              for ax in fig.axes for line in ax.get_lines()}
-    assert curves["reward/mean"] == ([1, 2, 3, 4], [r["reward/mean"] for r in rows])
-    assert curves["timing/train"] == ([1, 2, 3, 4], [3.0, 4.0, 5.0, 6.0])
-    assert [ax.get_title() for ax in fig.axes] == ["reward", "KL", "losses", "phase timings", "other"]
+def _curves(fig, title):
+    ax = next(a for a in fig.axes if a.get_title() == title)
+    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()
+            if not line.get_label().startswith("_")}
+
+
+def test_plot_gives_each_kind_of_metric_its_own_axis(tmp_path):
+    text, rows = trainer_log(warmup=3)
+    run = read_run(text.splitlines(), "rlrun-x", "tiny-rloo")
+    assert run.plan["total_steps"] == 4 and [r["step"] for r in run.rows] == [1, 2, 3, 4]
+    assert run.warmup == [(1, 4.0), (2, 2.0), (3, 1.3333)]
+    fig, plotted = figure([run], smooth_weight=0)
+    assert plotted == {"reward": ["reward/mean"], "KL to the reference": ["kl/mean"], "policy loss": ["loss/policy"],
+                       "response length": ["response_length/mean"], "clip fraction": ["policy/clip_frac"],
+                       "learning rate": ["lr/actor"], "phase timings": ["timing/generate", "timing/train"],
+                       "tokens per step": ["tokens/real"], "supervised warm-up": ["loss/sft"]}
+    assert _curves(fig, "reward")["reward/mean"] == ([1, 2, 3, 4], [r["reward/mean"] for r in rows])
+    assert _curves(fig, "phase timings")["timing/train"] == ([1, 2, 3, 4], [3.0, 4.0, 5.0, 6.0])
+    assert _curves(fig, "supervised warm-up (before RL step 1)")["loss/sft"][1] == [4.0, 2.0, 1.3333]
+    assert fig.get_suptitle() == "tiny-rloo · rlrun-x (4/4 steps, rloo)"
+    assert "0 at every step, not drawn: loss/kl" in fig._supxlabel.get_text()
+    reward_ax = next(a for a in fig.axes if a.get_title() == "reward")
+    assert "3 supervised warm-up steps before step 1" in [t.get_text() for t in reward_ax.texts]
+    lr_ax = next(a for a in fig.axes if a.get_title() == "learning rate")
+    assert any(p.get_label() == "lr warm-up" for p in lr_ax.patches)  # lr rises 1e-6 -> 2e-6 over steps 1-2
     png = tmp_path / "out" / "job.png"
-    assert write_png(parsed, png, "job x") == plotted
+    assert write_png([run], png, smooth=0) == plotted
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_several_runs_are_overlaid_one_colour_each():
+    text, _ = trainer_log()
+    a = read_run(text.splitlines(), "job-a", "tiny-rloo")
+    b = read_run(text.replace('"reward/mean": 0.', '"reward/mean": 0.0').splitlines(), "job-b", "tiny-ppo")
+    fig, _ = figure([a, b], smooth_weight=0)
+    ax = next(x for x in fig.axes if x.get_title() == "reward")
+    lines = [line for line in ax.get_lines() if len(line.get_xdata())]
+    assert [list(line.get_ydata()) for line in lines] == [pytest.approx([0.1, 0.2, 0.3, 0.4]),
+                                                           pytest.approx([0.01, 0.02, 0.03, 0.04])]
+    assert lines[0].get_color() != lines[1].get_color()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["tiny-rloo · job-a (4/4 steps, rloo)", "tiny-ppo · job-b (4/4 steps, rloo)"]
+
+
+def test_smoothing_is_a_debiased_moving_average():
+    assert smooth([1.0, 0.0, 0.0], 0.0) == [1.0, 0.0, 0.0]
+    assert smooth([1.0, 0.0, 0.0], 0.5) == pytest.approx([1.0, 1 / 3, 1 / 7])
+    assert smooth([2.0, 2.0, 2.0], 0.9) == pytest.approx([2.0, 2.0, 2.0])  # no pull towards 0
+
+
+def test_lr_warmup_ends_where_the_rate_first_peaks():
+    assert lr_warmup_end([1, 2, 3, 4, 5], [1e-7, 2e-7, 3e-7, 3e-7, 2e-7]) == 3
+    assert lr_warmup_end([1, 2, 3], [3e-7, 3e-7, 3e-7]) is None
+    assert lr_warmup_end([1, 2, 3], [3e-7, 2e-7, 1e-7]) is None
+
+
+def test_series_that_are_zero_in_every_run_are_named_not_drawn():
+    rows = [{"step": 1, "reward/mean": 0.5, "reward/n_timeout": 0.0, "loss/kl": 0.0},
+            {"step": 2, "reward/mean": 0.6, "reward/n_timeout": 0.0, "loss/kl": 0.1}]
+    panels, zero = layout([Run("a", None, {}, rows)])
+    assert zero == ["reward/n_timeout"]
+    assert [(p.title, keys) for p, keys in panels] == [("reward", ["reward/mean"]), ("KL to the reference", ["loss/kl"])]
 
 
 def test_a_step_logged_twice_keeps_its_last_row_and_other_lines_are_ignored():

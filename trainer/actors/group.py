@@ -121,8 +121,11 @@ class DistributedWorker:
 
         import torch.distributed as dist
 
+        # What DeepSpeed's launcher would set, LOCAL_SIZE included: without it DeepSpeed's CPU accelerator
+        # runs `numactl --hardware` at every gradient reduction, which also resets Python's warning registry
+        # (one FutureWarning per step in the job's log).
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0", LOCAL_SIZE="1")
         if not dist.is_initialized():
             if backend == "gloo":
                 # deepspeed's shm comm op compiles for ~45 s at every CPU init and training does not need it.

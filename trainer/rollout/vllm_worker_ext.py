@@ -27,6 +27,22 @@ from trainer import sync
 
 log = logging.getLogger(__name__)
 
+# vLLM 0.32's layer-wise reload counts a RotaryEmbedding's cos_sin_cache (a buffer vLLM computes itself, not a
+# checkpoint weight) as a weight to load, so every weight update logs "RotaryEmbedding: Failed to load weights"
+# and then puts the cache back unchanged. Only that message is dropped: any other layer that fails to load
+# still warns.
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _RotaryCacheNotAWeight(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args
+                    and str(record.args[0]).endswith("RotaryEmbedding"))
+
+
+if not any(isinstance(f, _RotaryCacheNotAWeight) for f in logging.getLogger(RELOAD_LOGGER).filters):
+    logging.getLogger(RELOAD_LOGGER).addFilter(_RotaryCacheNotAWeight())
+
 
 def _counted(pairs: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
     for pair in pairs:

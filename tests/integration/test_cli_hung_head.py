@@ -1,0 +1,105 @@
+"""A hung head (a TCP server that accepts connections and never answers) never hangs an rlrun command past its
+timeout: each one gives up with one line naming the address and the timeout, and no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.conftest import BIN, ansible_env, write_inventory
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 2  # rlrun --timeout
+LIMIT = 90  # seconds a command may take here at most (import time on a loaded 2-core machine included)
+
+
+class HungServer:
+    """Accepts every connection and keeps it open, reading nothing and answering nothing."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.accepted = 0
+        self.stopped = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.conns.append(conn)
+
+    def close(self):
+        self.stopped = True
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory):
+    server = HungServer()
+    root = tmp_path_factory.mktemp("hung")
+    # The dashboard (base + 1) and the reward service (base + 50) both point at the hung server.
+    inv = write_inventory(root, "hung", "127.0.0.1", server.port - 1,
+                          group_vars={"cluster__token": "ab" * 32, "cluster__reward_port": server.port})
+    yield server, inv
+    server.close()
+
+
+def run(inv, *args):
+    start = time.monotonic()
+    result = subprocess.run([str(BIN / "rlrun"), "-i", str(inv), "--timeout", str(TIMEOUT), *args],
+                            capture_output=True, text=True, env=ansible_env(), timeout=LIMIT, stdin=subprocess.DEVNULL)
+    return result, time.monotonic() - start
+
+
+COMMANDS = [
+    ["status"],
+    ["status", "--json"],
+    ["status", "job-x"],
+    ["status", "--follow", "job-x"],
+    ["list"],
+    ["list", "--json"],
+    ["logs", "job-x"],
+    ["logs", "--tail", "5", "job-x"],
+    ["logs", "--follow", "job-x"],
+    ["stop", "job-x"],
+    ["plot", "job-x"],
+    ["submit", "--no-working-dir", "--", "python", "-c", "print(1)"],
+    ["submit", "--follow", "--no-working-dir", "--", "python", "-c", "print(1)"],
+    ["submit", "--preset", "tiny-rloo", "--dry-run"],
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_a_hung_head_times_out_with_one_line(hung, args):
+    server, inv = hung
+    before = server.accepted
+    result, _took = run(inv, *args)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert server.accepted > before  # it did reach the hung head (no other failure ended it)
+    assert f"did not answer within {TIMEOUT} s" in result.stderr, result.stderr
+    assert f"127.0.0.1:{server.port}" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_down_does_not_wait_on_a_hung_head(hung):
+    """`down` asks the head for its running jobs (to name them) but goes on without them."""
+    server, inv = hung
+    result, _took = run(inv, "down", "--yes", "--max-time", "120")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "this stops cluster 'hung'" in result.stderr
+    assert "running job" not in result.stderr
