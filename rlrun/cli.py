@@ -465,7 +465,7 @@ def _follow(obj: Context, jobs, job_id: str) -> None:
         message = short_message(info.message)
         tail = follower.failure_tail(jobs.logs(job_id), 30)
         if tail.strip():
-            say(f"the log ends (all of it: rlrun{inv} logs {job_id}):\n{tail.rstrip()}")
+            say(f"the last lines of the log the view left out (all of it: rlrun{inv} logs {job_id}):\n{tail.rstrip()}")
         raise RlrunError(f"job {job_id} ended {final}" + (f": {message}" if message else ""))
 
 

@@ -80,6 +80,7 @@ class LogFollower:
         self.lines = 0  # log lines seen
         self.hidden = 0  # of which left out of the view
         self.last_error = -1  # index of the last error line shown
+        self.shown: set[int] = set()  # indices of the lines the view showed
         self._after_warning = False
 
     # --- lines ------------------------------------------------------------------------------------------
@@ -111,14 +112,20 @@ class LogFollower:
             return
         if kind == "error":
             self.last_error = self.lines - 1
+        self.shown.add(self.lines - 1)
         self.echo(ANSI.sub("", line))
 
     def failure_tail(self, log: str, lines: int = 30) -> str:
-        """What to show once when the job failed: the log's last `lines` lines, unless the view has just
-        shown an error among them (then the traceback is on screen already)."""
-        if self.last_error >= self.lines - lines:
+        """What to show once when the job failed: of the log's last `lines` lines, those the view left out
+        (library lines that may hold the cause); nothing when the view has just shown an error, whose
+        traceback is then on screen already."""
+        if self.last_error >= 0 and self.last_error >= self.lines - lines:
             return ""
-        return "\n".join(ANSI.sub("", line) for line in log.splitlines()[-lines:])
+        all_lines = log.splitlines()
+        first = len(all_lines) - min(lines, len(all_lines))
+        hidden = [ANSI.sub("", line) for i, line in enumerate(all_lines[first:], start=first)
+                  if i not in self.shown and parse_log_line(line) is None]
+        return "\n".join(hidden)
 
     def echo(self, line: str) -> None:
         if self.progress is not None and self.out.isatty():

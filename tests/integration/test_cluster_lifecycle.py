@@ -112,7 +112,7 @@ def test_submit_follow_prints_the_output_and_exits_zero(cluster):
     assert "SUCCEEDED" in result.stderr
 
 
-def test_failing_entrypoint_makes_submit_fail(cluster):
+def test_failing_entrypoint_makes_submit_fail_showing_the_hidden_end_of_the_log_once(cluster):
     result = rlrun(
         cluster["inv"],
         "submit",
@@ -121,10 +121,13 @@ def test_failing_entrypoint_makes_submit_fail(cluster):
         "--",
         "python",
         "-c",
-        "import sys; sys.exit(3)",
+        "import sys, warnings; print('last words'); warnings.warn('disk nearly full'); sys.exit(3)",
     )
     assert result.returncode == 1
-    assert "FAILED" in result.stderr
+    assert "ended FAILED: Job entrypoint command failed with exit code 3" in result.stderr
+    assert "last available logs" not in result.stderr  # Ray's message, cut before the log it repeats
+    assert result.stdout.count("last words") == 1 and "last words" not in result.stderr
+    assert result.stderr.count("UserWarning: disk nearly full") == 1 and "disk nearly full" not in result.stdout
 
 
 def test_submit_uploads_the_working_dir_without_excluded_parts(cluster, tmp_path):
@@ -152,15 +155,21 @@ def test_list_status_logs_and_unknown_job(cluster):
     )
     assert sub.returncode == 0 and sub.stdout.strip() == "pytest-logs"
     assert "rlrun" in sub.stderr and "logs -f pytest-logs" in sub.stderr
+    assert f"dashboard: http://{ADDRESS}:{PORT + 1}/#/jobs/pytest-logs" in sub.stderr
     deadline = time.time() + 60
     while time.time() < deadline and "SUCCEEDED" not in rlrun(cluster["inv"], "status", "pytest-logs").stdout:
         time.sleep(1)
     assert "hello-logs" in rlrun(cluster["inv"], "logs", "pytest-logs").stdout
+    assert rlrun(cluster["inv"], "logs", "--tail", "1", "pytest-logs").stdout == "hello-logs\n"
     listed = rlrun(cluster["inv"], "list", "--json")
     assert any(
         j["job_id"] == "pytest-logs" and j["status"] == "SUCCEEDED"
         for j in __import__("json").loads(listed.stdout)
     )
+    table = rlrun(cluster["inv"], "list", "--status", "succeeded", "--name", "python*").stdout.splitlines()
+    assert table[0].split() == ["JOB", "NAME", "STATUS", "STEP", "STARTED", "TOOK"]
+    assert any(line.startswith("pytest-logs ") and " SUCCEEDED " in line for line in table[1:])
+    assert all("FAILED" not in line for line in table)
     unknown = rlrun(cluster["inv"], "status", "no-such-job")
     assert unknown.returncode == 1
     assert "no job 'no-such-job'" in unknown.stderr
@@ -179,6 +188,27 @@ def test_wrong_token_and_unreachable_cluster_are_one_clear_line(cluster, tmp_pat
     result = rlrun(away, "list")
     assert result.returncode == 1
     assert f"cannot reach the Ray Jobs API at http://{ADDRESS}:{PORT + 51}" in result.stderr
+
+
+def test_status_exits_1_naming_what_differs_from_the_inventory(cluster, tmp_path):
+    ok = rlrun(cluster["inv"], "status")
+    assert ok.returncode == 0, ok.stderr
+    token = (cluster["state"] / "auth_token").read_text().strip()
+    # The same cluster, described by an inventory that expects a GPU, a second node and a reward service on a
+    # port nothing listens on.
+    off = write_inventory(tmp_path, NAME, ADDRESS, PORT, workers={"w1": {"rlrun__node_address": "127.0.0.77"}},
+                          group_vars={"ray_node__auth_token": token, "ray_node__num_gpus": 1,
+                                      "reward_server__port": PORT + 60})
+    result = rlrun(off, "status")
+    assert result.returncode == 1
+    problems = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("- ")]
+    assert problems == [
+        "- node localhost (127.0.0.4) has 0 GPUs, its ray_node__num_gpus is 1",
+        "- node w1 (127.0.0.77) is not alive (not in the cluster)",
+        "- 1 CPUs in the cluster, the inventory expects 2",
+        "- 0 GPUs in the cluster, the inventory expects 2",
+        f"- reward service http://{ADDRESS}:{PORT + 60}/get_reward: unreachable (ConnectionError)",
+    ], result.stderr
 
 
 def test_rerun_after_jobs_changes_nothing_and_keeps_dirs_private(cluster):

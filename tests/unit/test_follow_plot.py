@@ -101,15 +101,17 @@ def test_follower_tracks_steps_and_reward_and_shows_only_the_trainers_lines():
     assert follower.hidden == 2 * len(LIBRARY_LINES)
 
 
-def test_a_failure_shows_the_logs_tail_once():
+def test_a_failure_shows_the_hidden_end_of_the_log_once():
     err, out = io.StringIO(), io.StringIO()
     quiet_fail = "step 1: reward/mean=0\n" + "\n".join(LIBRARY_LINES) + "\n"  # died without a traceback
     follower = LogFollower(Console(file=err), out=out, live=False)
     follower.write(quiet_fail)
     follower.close()
-    tail = follower.failure_tail(quiet_fail, lines=5)
-    assert tail.splitlines() == [line.replace("\x1b[36m", "").replace("\x1b[0m", "") for line in LIBRARY_LINES[-5:]]
-    # With the traceback on screen already, the tail is not printed again.
+    clean = [line.replace("\x1b[36m", "").replace("\x1b[0m", "") for line in LIBRARY_LINES]
+    assert follower.failure_tail(quiet_fail, lines=5).splitlines() == clean[-5:]
+    # The lines the view showed are not shown again.
+    assert follower.failure_tail(quiet_fail, lines=100).splitlines() == clean
+    # With the traceback on screen already, nothing more is printed.
     loud_fail = quiet_fail + "\n".join(ERROR_LINES[:3]) + "\n"
     follower = LogFollower(Console(file=err), out=(shown := io.StringIO()), live=False)
     follower.write(loud_fail)
