@@ -67,6 +67,16 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
+def _complete_presets(ctx, param, incomplete: str) -> list[str]:
+    """Shell completion of preset names (built-in and $RLRUN_PRESETS_DIR)."""
+    try:
+        from rlrun import presets as P
+
+        return [p.name for p in P.load_all(P.preset_dirs(())) if p.name.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
+
+
 def _not_empty(ctx, param, value):
     if value is not None and not str(value).strip():
         raise click.BadParameter("is empty (an unset shell variable?): give the inventory's path")
@@ -311,7 +321,7 @@ class _SubmitCommand(click.Command):
 
 
 @cli.command(cls=_SubmitCommand, context_settings={"allow_interspersed_args": False})
-@click.option("--preset", "-p", "preset_name", metavar="NAME",
+@click.option("--preset", "-p", "preset_name", metavar="NAME", shell_complete=_complete_presets,
               help="Submit a named trainer job (see `rlrun presets`) instead of a command after `--`.")
 @click.option("--set", "set_pairs", multiple=True, metavar="KEY=VALUE",
               help="Override a trainer flag of the preset, e.g. --set train_batch_size=64 (repeatable).")
@@ -470,7 +480,7 @@ def _follow(obj: Context, jobs, job_id: str) -> None:
 
 
 @cli.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=_complete_presets)
 @click.option("--presets-dir", multiple=True, type=click.Path(file_okay=False),
               help="Extra directory of NAME.yaml presets (also $RLRUN_PRESETS_DIR; repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -196,3 +196,14 @@ def test_status_names_a_dead_node_a_gpu_count_and_the_reward_service():
         "4 GPUs in the cluster, the inventory expects 16",
         "reward service http://10.0.0.1:5001/get_reward: unreachable (ConnectTimeout)",
     ]
+
+
+def test_shell_completion_offers_commands_and_preset_names():
+    def complete(words: str, cword: int) -> list[str]:
+        env = {"COMP_WORDS": words, "COMP_CWORD": str(cword), "_RLRUN_COMPLETE": "bash_complete", "PATH": str(BIN)}
+        out = subprocess.run([str(BIN / "rlrun")], capture_output=True, text=True, env=env, timeout=60).stdout
+        return [line.split(",", 1)[1] for line in out.splitlines()]
+
+    assert complete("rlrun su", 1) == ["submit"]
+    assert complete("rlrun submit --preset tiny-r", 3) == ["tiny-rloo"]
+    assert "validate" in complete("rlrun ", 1) and "plot" in complete("rlrun ", 1)

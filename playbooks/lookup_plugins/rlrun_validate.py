@@ -1,0 +1,42 @@
+"""Lookup of the validate play: `rlrun validate` (rlrun.validate.validate_inventory) on the play's inventory
+sources, on the controller, while the play's hosts are worked out: before Ansible reads any host's variables
+(so a YAML error in group_vars is reported with its file and line) and before anything runs on a host.
+Returns the host pattern of the play (localhost); raises with every problem otherwise, which ends the run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.plugins.lookup import LookupBase
+
+DOCUMENTATION = r"""
+name: rlrun_validate
+short_description: Check the inventory offline, as `rlrun validate` does.
+description:
+  - Every problem of the inventory at once, each naming file, variable, value and what is expected.
+  - Returns C(localhost) when there is none; fails the run with the problems otherwise.
+"""
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        project = str(Path(__file__).resolve().parents[2])
+        if project not in sys.path:  # the checkout's rlrun, when ansible-playbook runs outside the venv
+            sys.path.insert(0, project)
+        from rlrun.errors import RlrunError
+        from rlrun.validate import validate_inventory
+
+        sources = [s for s in (variables or {}).get("ansible_inventory_sources", []) if Path(s).exists()]
+        problems = []
+        try:
+            for source in sources:
+                problems += [str(p) for p in validate_inventory(source).problems]
+        except RlrunError as exc:
+            problems.append(str(exc))
+        if problems:
+            n = len(problems)
+            raise AnsibleError(f"the inventory has {n} problem{'s' if n != 1 else ''}; nothing was done on any "
+                               "host:\n" + "\n".join(f"- {p}" for p in problems))
+        return ["localhost"]
