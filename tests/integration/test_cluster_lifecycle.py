@@ -196,9 +196,9 @@ def test_status_exits_1_naming_what_differs_from_the_inventory(cluster, tmp_path
     token = (cluster["state"] / "auth_token").read_text().strip()
     # The same cluster, described by an inventory that expects a GPU, a second node and a reward service on a
     # port nothing listens on.
-    off = write_inventory(tmp_path, NAME, ADDRESS, PORT, workers={"w1": {"rlrun__node_address": "127.0.0.77"}},
-                          group_vars={"ray_node__auth_token": token, "ray_node__num_gpus": 1,
-                                      "reward_server__port": PORT + 60})
+    off = write_inventory(tmp_path, NAME, ADDRESS, PORT, workers={"w1": {"cluster__node_address": "127.0.0.77"}},
+                          group_vars={"cluster__token": token, "ray_node__num_gpus": 1,
+                                      "cluster__reward_port": PORT + 60})
     result = rlrun(off, "status")
     assert result.returncode == 1
     problems = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("- ")]
