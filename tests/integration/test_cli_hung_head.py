@@ -50,13 +50,18 @@ class HungServer:
 
 @pytest.fixture(scope="module")
 def hung(tmp_path_factory):
-    server = HungServer()
+    server = HungServer()  # the dashboard (base + 1)
+    base = server.port - 1
+    reward = HungServer()  # the reward service: a second hung port, clear of the cluster's other ports
+    while base <= reward.port <= base + 400:
+        reward.close()
+        reward = HungServer()
     root = tmp_path_factory.mktemp("hung")
-    # The dashboard (base + 1) and the reward service (base + 50) both point at the hung server.
-    inv = write_inventory(root, "hung", "127.0.0.1", server.port - 1,
-                          group_vars={"cluster__token": "ab" * 32, "cluster__reward_port": server.port})
+    inv = write_inventory(root, "hung", "127.0.0.1", base,
+                          group_vars={"cluster__token": "ab" * 32, "cluster__reward_port": reward.port})
     yield server, inv
     server.close()
+    reward.close()
 
 
 def run(inv, *args):
