@@ -44,6 +44,8 @@ NOISE = [re.compile(p) for p in (
     r"^\s*warnings\.warn\(",
     r"^Running entrypoint for job ",                                 # Ray's echo of the command
 )]
+# Ray's own lines about the job (the command echoed, the runtime env): never the cause of a failure.
+RAY_BOILERPLATE = re.compile(r"^Running entrypoint for job |\sINFO job_manager\.py:\d+ -- ")
 ERROR = re.compile(r"^(Traceback \(most recent call last\)|(\w+\.)*\w*(Error|Exception|Interrupt)(\(\w+\))?(: |$)|"
                    r"ERROR\b|CRITICAL\b|\[\d{4}-[^]]*\] \[ERROR\]|\d{4}-\d\d-\d\d [\d:,.]+\s+ERROR\s)")
 
@@ -124,7 +126,7 @@ class LogFollower:
         all_lines = log.splitlines()
         first = len(all_lines) - min(lines, len(all_lines))
         hidden = [ANSI.sub("", line) for i, line in enumerate(all_lines[first:], start=first)
-                  if i not in self.shown and parse_log_line(line) is None]
+                  if i not in self.shown and parse_log_line(line) is None and not RAY_BOILERPLATE.search(line)]
         return "\n".join(hidden)
 
     def echo(self, line: str) -> None:
