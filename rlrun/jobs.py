@@ -259,18 +259,18 @@ class Jobs:
             return self.client.stop_job(job_id)
 
     async def _tail(self, job_id: str, write) -> None:
-        """Ray's log tail (the dashboard's websocket) with a heartbeat: a head that stops answering pings
-        ends the follow with an error instead of a silent hang; a quiet job does not."""
+        """Ray's log tail (the dashboard's websocket). A quiet stream is not a hung head: after `timeout`
+        seconds without a line the head is asked for the job's status (with the same timeout), and only a
+        head that does not answer that ends the follow. A job may print nothing for minutes."""
         import aiohttp
 
-        # No sock_read limit: a job may print nothing for minutes. The heartbeat (a ping every timeout/2
-        # s, answered by the dashboard's server) is what tells a quiet job from a hung head.
         timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout)
         async with aiohttp.ClientSession(headers=self.headers, timeout=timeout) as session:
             try:
-                ws = await asyncio.wait_for(
-                    session.ws_connect(f"{self.url}/api/jobs/{job_id}/logs/tail",
-                                       heartbeat=max(1.0, self.timeout / 2)), self.timeout)
+                ws = await asyncio.wait_for(session.ws_connect(
+                    f"{self.url}/api/jobs/{job_id}/logs/tail",
+                    # leaving does not wait for a hung head's close handshake
+                    timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=1.0)), self.timeout)
             except aiohttp.WSServerHandshakeError as exc:
                 if exc.status == 404:
                     raise RuntimeError(f"job {job_id} does not exist") from None
@@ -278,20 +278,27 @@ class Jobs:
             except aiohttp.ClientConnectionError as exc:
                 raise ConnectionError(str(exc)) from None
             async with ws:
-                while True:
-                    msg = await ws.receive()
-                    if msg.type == aiohttp.WSMsgType.TEXT:
-                        write(msg.data)
-                    elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
-                                      aiohttp.WSMsgType.CLOSED):
-                        if ws.close_code == aiohttp.WSCloseCode.ABNORMAL_CLOSURE:
-                            raise TimeoutError("the log stream stopped (no answer to heartbeats)")
-                        return
-                    elif msg.type == aiohttp.WSMsgType.ERROR:
-                        exc = ws.exception()
-                        if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-                            raise TimeoutError(str(exc))
-                        raise RuntimeError(f"log stream of job {job_id} failed: {exc}")
+                reading = None
+                try:
+                    while True:
+                        reading = reading or asyncio.ensure_future(ws.receive())
+                        done, _ = await asyncio.wait({reading}, timeout=self.timeout)
+                        if not done:  # quiet for `timeout` s: is the head still there? (raises when it is not)
+                            await asyncio.to_thread(self.status, job_id)
+                            continue
+                        msg, reading = reading.result(), None
+                        if msg.type == aiohttp.WSMsgType.TEXT:
+                            write(msg.data)
+                        elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                                          aiohttp.WSMsgType.CLOSED):
+                            if ws.close_code == aiohttp.WSCloseCode.ABNORMAL_CLOSURE:
+                                raise ConnectionError("the log stream broke off")
+                            return
+                        elif msg.type == aiohttp.WSMsgType.ERROR:
+                            raise RuntimeError(f"log stream of job {job_id} failed: {ws.exception()}")
+                finally:
+                    if reading is not None:
+                        reading.cancel()
 
     def follow(self, job_id: str, write=print) -> str:
         """Stream the job's logs until it ends; return its final status."""
