@@ -197,7 +197,7 @@ def test_status_exits_1_naming_what_differs_from_the_inventory(cluster, tmp_path
     # The same cluster, described by an inventory that expects a GPU, a second node and a reward service on a
     # port nothing listens on.
     off = write_inventory(tmp_path, NAME, ADDRESS, PORT, workers={"w1": {"cluster__node_address": "127.0.0.77"}},
-                          group_vars={"cluster__token": token, "ray_node__num_gpus": 1,
+                          group_vars={"cluster__token": token, "ray_node__num_cpus": 2, "ray_node__num_gpus": 1,
                                       "cluster__reward_port": PORT + 60})
     result = rlrun(off, "status")
     assert result.returncode == 1
@@ -205,7 +205,7 @@ def test_status_exits_1_naming_what_differs_from_the_inventory(cluster, tmp_path
     assert problems == [
         "- node localhost (127.0.0.4) has 0 GPUs, its ray_node__num_gpus is 1",
         "- node w1 (127.0.0.77) is not alive (not in the cluster)",
-        "- 1 CPUs in the cluster, the inventory expects 2",
+        "- 2 CPUs in the cluster, the inventory expects 4",
         "- 0 GPUs in the cluster, the inventory expects 2",
         f"- reward service http://{ADDRESS}:{PORT + 60}/get_reward: unreachable (ConnectionError)",
     ], result.stderr
