@@ -83,3 +83,23 @@ def test_unpinned_ports_and_daemons_in_the_ranges_are_reported_by_process():
 ])
 def test_daemons_are_told_from_jobs_by_their_command_line(command, daemon):
     assert node.is_daemon(command) is daemon
+
+
+def test_an_agent_in_the_worker_range_is_a_ray_worker_not_a_problem():
+    # Seen in the multinode scenario: ray::DashboardAgent's core-worker port comes from the worker range, on ::.
+    listeners = {9314: [("::", "a")], 9130: [("::", "b")]}
+    owners = {"a": 14, "b": 14}
+    found = node.unmapped_sockets(CFG, listeners, owners, own={14})
+    assert len(found) == 1 and "listens on :::9130: inside the rendezvous range" in found[0], found
+
+
+def test_a_job_driver_in_a_session_of_its_own_is_the_clusters(monkeypatch):
+    # Ray's job supervisor starts the driver in a new session: it is the cluster's through its parent.
+    sessions = {100: 100, 101: 100, 102: 102, 103: 102, 200: 200}
+    parents = {100: 1, 101: 100, 102: 101, 103: 102, 200: 1}
+    monkeypatch.setattr(node, "all_pids", lambda: list(sessions))
+    monkeypatch.setattr(node, "session_of", lambda pid: sessions.get(pid))
+    monkeypatch.setattr(node, "cgroup_of", lambda pid: "")
+    monkeypatch.setattr(node, "parent_of", lambda pid: parents.get(pid))
+    monkeypatch.setattr(node, "service_state", lambda svc: (True, 100, 100))
+    assert node.own_pids([{"name": "rlrun-x-ray-head"}]) == {100, 101, 102, 103}

@@ -134,10 +134,30 @@ def own_pids(services):
             sids.add(sid)
         units.append(f"/{svc['name']}.service")
     own = set()
-    for p in all_pids():
+    pids = all_pids()
+    for p in pids:
         if session_of(p) in sids or any(u in cgroup_of(p) for u in units):
             own.add(p)
+    # And what they started in sessions of their own (a Ray job's driver: its job supervisor
+    # starts it with a new session): every descendant of an own process.
+    parents = {p: parent_of(p) for p in pids}
+    grown = True
+    while grown:
+        grown = False
+        for p, parent in parents.items():
+            if p not in own and parent in own:
+                own.add(p)
+                grown = True
     return own
+
+
+def parent_of(pid):
+    """The parent PID of `pid` (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def listening_inodes():
@@ -214,7 +234,9 @@ def unmapped_sockets(cfg, listeners, owners, own):
                 continue
             command = cmdline(pid)
             inside = [name for name, r in ranges.items() if r["bounds"][0] <= port <= r["bounds"][1]]
-            if inside and not is_daemon(command):
+            # The worker range is any Ray process's: the agents are Ray workers too (their own
+            # gRPC port comes from it, on every interface); the others are for jobs only.
+            if inside and (inside[0] == "worker" or not is_daemon(command)):
                 continue
             where = (f"inside the {inside[0]} range, which is for jobs' processes, not the node's daemons"
                      if inside else "not in the inventory's port map")
