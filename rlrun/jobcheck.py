@@ -9,7 +9,7 @@ from the head, where the trainer's driver runs.
 
 Batch arithmetic is not here: building the TrainerConfig already ran the trainer's own rules.
 
-Placement is the trainer's own (:func:`trainer.placement.requests`, which ``trainer.loop`` uses too),
+Placement is the trainer's own plan (:func:`trainer.placement.plan`, which ``trainer.loop`` builds from),
 so this check and the job cannot disagree about what the job asks for.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.config import TrainerConfig
-from trainer.placement import Request, requests
+from trainer.placement import Request, plan
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -143,7 +143,7 @@ def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
 
 def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
     gpus = uses_gpus(view, expects_gpus)
-    reqs = requests(cfg, gpus)
+    reqs = plan(cfg, gpus).requests()
     need_cpu = sum(r.count * r.cpu for r in reqs)
     need_gpu = sum(r.count * r.gpu for r in reqs)
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)

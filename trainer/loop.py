@@ -24,7 +24,7 @@ from trainer.data import PromptSampler, prompts_from_config
 from trainer.experience import Experience, build_experience, shard
 from trainer.losses import PolicyObjective, compute_kl, masked_mean
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
-from trainer.placement import gpu_share, process_cpus
+from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
 from trainer.schedule import learning_rate
@@ -55,10 +55,8 @@ class Trainer:
         print(f"data: {stats.as_dict()}", flush=True)
         self.reward = make_reward(cfg)
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
-        share, cpus = gpu_share(cfg), process_cpus(use_gpus)
-        pspec = GroupSpec("policy", cfg.actor_num_nodes, cfg.actor_num_gpus_per_node, use_gpus,
-                          gpus_per_actor=share, cpus_per_actor=cpus)
-        self.policy = ActorGroup(ModelWorker, pspec)
+        self.plan = plan(cfg, use_gpus)  # the same plan rlrun's pre-submit check validated
+        self.policy = self._group(ModelWorker, self.plan.group("policy"))
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
@@ -66,24 +64,21 @@ class Trainer:
                         adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
                         l2=cfg.l2, max_norm=cfg.max_norm, **model_args)
         self.ref = None
-        if cfg.needs_ref:
-            rspec = GroupSpec("reference", cfg.ref_num_nodes, cfg.ref_num_gpus_per_node, use_gpus,
-                              gpus_per_actor=share, cpus_per_actor=cpus)
-            self.ref = ActorGroup(ModelWorker, rspec, pg=self.policy.pg if cfg.colocate_all_models else None)
+        if self.plan.group("reference"):
+            self.ref = self._group(ModelWorker, self.plan.group("reference"))
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
                          **model_args)
         self.critic = None
-        if cfg.needs_critic:
-            cspec = GroupSpec("critic", cfg.critic_num_nodes, cfg.critic_num_gpus_per_node, use_gpus,
-                              gpus_per_actor=share, cpus_per_actor=cpus)
-            self.critic = ActorGroup(CriticWorker, cspec, pg=self.policy.pg if cfg.colocate_all_models else None)
+        if self.plan.group("critic"):
+            self.critic = self._group(CriticWorker, self.plan.group("critic"))
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
                             micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
-        self.engines = self._start_engines(use_gpus)
-        self.sync_backend = self._init_weight_sync(use_gpus)
+        self.engines = self._start_engines()
+        self.sync_backend = self._init_weight_sync()
+        # colocated vLLM on GPUs: engines release their memory between generate and the next sync
         self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
         self.total_train_steps = cfg.total_train_steps(len(self.prompts))
@@ -99,40 +94,44 @@ class Trainer:
         if cfg.load_checkpoint:
             self._resume()
 
-    def _start_engines(self, use_gpus: bool) -> list[Any]:
+    def _group(self, worker_cls: type, group: GroupPlan) -> ActorGroup:
+        """An actor group as the plan places it (in the policy's placement group when colocated)."""
+        spec = GroupSpec(group.name, group.num_nodes, group.gpus_per_node, group.use_gpus,
+                         gpus_per_actor=group.gpus_per_actor, cpus_per_actor=group.cpus_per_actor)
+        return ActorGroup(worker_cls, spec, pg=self.policy.pg if group.in_policy_group else None)
+
+    def _start_engines(self) -> list[Any]:
+        """The rollout engines as the plan places them: own actors of TP GPUs, or on the policy's bundles."""
         import ray
 
-        cfg = self.cfg
-        if cfg.rollout_backend == "vllm":
+        cfg, ep = self.cfg, self.plan.engines
+        if ep.backend == "vllm":
             from trainer.rollout.vllm_engine import VllmEngine as engine_cls
 
-            kwargs = dict(tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-                          gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            kwargs = dict(tensor_parallel_size=ep.tp, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                           enable_prefix_caching=cfg.enable_prefix_caching, enable_sleep=cfg.vllm_enable_sleep,
                           enforce_eager=cfg.enforce_eager, seed=cfg.seed,
+                          # new weights always arrive before the next generate: sleeping drops the old ones
+                          sleep_level=2,
                           # the policy's dtype: samples come from the weights that are trained
                           dtype="bfloat16" if cfg.bf16 else "float32")
-            count, gpus = cfg.vllm_num_engines, cfg.vllm_tensor_parallel_size
         else:
             from trainer.rollout.hf_engine import HfEngine as engine_cls
 
-            kwargs, count, gpus = {}, 1, 1
-        if not (cfg.colocate_all_models and use_gpus):  # own actors: TP GPUs each (see trainer.placement)
-            remote = ray.remote(engine_cls).options(num_cpus=process_cpus(use_gpus),
-                                                    num_gpus=gpus if use_gpus else 0)
-            return [remote.remote(cfg.pretrain, **kwargs) for _ in range(count)]
-        # Colocated: engine i lives on the policy's bundles i*TP .. i*TP+TP-1, a share of each GPU.
+            kwargs = {}
+        if not ep.colocated:
+            remote = ray.remote(engine_cls).options(num_cpus=ep.cpus, num_gpus=ep.gpus)
+            return [remote.remote(cfg.pretrain, **kwargs) for _ in range(ep.count)]
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         engines = []
-        for i in range(count):
-            bundles = list(range(i * gpus, (i + 1) * gpus))
-            options: dict[str, Any] = dict(num_cpus=0, num_gpus=gpu_share(cfg), scheduling_strategy=(
+        for i in range(ep.count):
+            bundles = ep.bundles(i)
+            options: dict[str, Any] = dict(num_cpus=0, num_gpus=ep.gpus, scheduling_strategy=(
                 PlacementGroupSchedulingStrategy(placement_group=self.policy.pg,
                                                  placement_group_bundle_index=bundles[0])))
             engine_kwargs = dict(kwargs)
-            if gpus > 1:  # vLLM's Ray executor starts the TP workers on these bundles of the same group
-                options["num_gpus"] = 0
+            if ep.tp > 1:  # vLLM's Ray executor starts the TP workers on these bundles of the same group
                 options["runtime_env"] = {"env_vars": {"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, bundles))}}
                 engine_kwargs["distributed_executor_backend"] = "ray"
             engines.append(ray.remote(engine_cls).options(**options).remote(cfg.pretrain, **engine_kwargs))
@@ -189,13 +188,18 @@ class Trainer:
         self.step_no += 1
         with self.timer("generate"):
             samples = self.generate([p.text for p in prompts])
+        if self._sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
+            with self.timer("sleep"):
+                freed = self.sleep_engines()
         with self.timer("make_experience"):
             exp, extra = self.make_experience(prompts, samples)
         with self.timer("train"):
             train_metrics = self.train(exp)
         with self.timer("sync"):
-            self.sync_weights()
-        metrics = {**extra, **train_metrics, **self.timer.times}
+            synced = self.sync_weights()
+        metrics = {**extra, **train_metrics, **self.timer.times, "sync/gib": synced / 2**30}
+        if self._sleeps:
+            metrics["memory/engine_freed_gib"] = freed / 2**30
         if self.step_no % cfg.logging_steps == 0:
             self.metrics.log(self.step_no, metrics)
         if cfg.save_steps > 0 and self.step_no % cfg.save_steps == 0:
@@ -209,12 +213,16 @@ class Trainer:
         parts = shard(len(texts), len(self.engines))
         refs = [engine.generate.remote([texts[i] for i in idx], n=cfg.n_samples_per_prompt,
                                        temperature=cfg.temperature, top_p=cfg.top_p,
-                                       max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no)
+                                       max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no,
+                                       logprobs=False)  # the policy recomputes them
                 for engine, idx in zip(self.engines, parts, strict=True) if idx]
-        samples = [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
-        if self._sleeps:  # colocated on GPUs: hand the memory back to training until the next sync
-            ray.get([engine.sleep.remote() for engine in self.engines])
-        return samples
+        return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
+
+    def sleep_engines(self) -> int:
+        """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed."""
+        import ray
+
+        return sum(ray.get([engine.sleep.remote() for engine in self.engines]))
 
     def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
         cfg = self.cfg
@@ -299,27 +307,29 @@ class Trainer:
                 self.opt_step += 1
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
-    def _init_weight_sync(self, use_gpus: bool) -> str:
-        """The policy -> engines broadcast group: policy rank 0 (sender) + every engine's TP workers.
+    def _init_weight_sync(self) -> str:
+        """How the weights reach the engines, as the plan says; returns the transport for the logs.
 
-        vLLM engines get one (NCCL on GPUs as --vllm_sync_backend says; gloo without GPUs); the HF engine
-        takes safetensors bytes through Ray instead. Returns the transport for the logs."""
+        - ``shared`` (engines colocated with the policy): in place from the policy ranks' memory, CUDA IPC
+          on GPUs (NCCL cannot pair two processes on one GPU), ``/dev/shm`` without; nothing to set up.
+        - ``broadcast`` (engines on their own GPUs): a group of policy rank 0 (the sender) and every engine's
+          TP workers, NCCL on GPUs as --vllm_sync_backend says, gloo without GPUs.
+        - ``safetensors`` (the HF engine): safetensors bytes through Ray."""
         import ray
 
-        cfg = self.cfg
-        if cfg.rollout_backend != "vllm":
-            return "safetensors"
-        if cfg.colocate_all_models and use_gpus:
-            # An engine on the same GPU as policy rank 0 cannot join an NCCL group with it (NCCL refuses
-            # two ranks on one device: "Duplicate GPU detected"); CUDA IPC handles would be the fast path.
-            print("weight sync: colocated on GPUs, so safetensors bytes through Ray (NCCL cannot broadcast "
-                  "between two processes on one GPU)", flush=True)
-            return "safetensors"
-        backend = cfg.vllm_sync_backend if use_gpus else "gloo"
+        cfg, transport = self.cfg, self.plan.weight_transport
+        if transport == "safetensors":
+            return transport
+        if transport == "shared":
+            kind = "CUDA IPC" if self.plan.use_gpus else "/dev/shm"
+            print(f"weight sync: in place ({kind}) into {len(self.engines)} colocated engine(s), buckets of "
+                  f"{cfg.sync_bucket_bytes / 2**20:g} MiB", flush=True)
+            return transport
+        backend = cfg.vllm_sync_backend if self.plan.use_gpus else "gloo"
         if backend != cfg.vllm_sync_backend:
             print(f"weight sync: --vllm_sync_backend {cfg.vllm_sync_backend} needs GPUs; this cluster has none, "
                   "so gloo", flush=True)
-        tp = cfg.vllm_tensor_parallel_size
+        tp = self.plan.engines.tp
         world = 1 + len(self.engines) * tp
         addr, port = ray.get(self.policy.actors[0].rendezvous_address.remote())
         joins = [engine.init_weight_sync_group.remote(addr, port, 1 + i * tp, world, backend)
@@ -329,19 +339,24 @@ class Trainer:
               f"x TP {tp}) at {addr}:{port}", flush=True)
         return backend
 
-    def sync_weights(self) -> None:
-        """Policy -> engines: the gathered ZeRO-3 weights, broadcast in buckets (or safetensors bytes to the
-        HF engine); the engines reset their prefix cache."""
+    def sync_weights(self) -> int:
+        """Policy -> engines: the gathered ZeRO-3 weights, a bucket at a time (in place for colocated
+        engines, broadcast to the others; safetensors bytes to the HF engine); sleeping engines wake their
+        weights first and their KV cache once the weights are in; the engines reset their prefix cache.
+        Returns the bytes of weights handed over."""
         import ray
 
         if self.sync_backend == "safetensors":
             blob = to_safetensors_bytes(self.policy.run("full_state")[0])
             ray.get([engine.update_weights.remote(blob) for engine in self.engines])
-            return
-        if self._sleeps:  # wake before the weights arrive; the next generate sends them back to sleep
-            ray.get([engine.wake_up.remote() for engine in self.engines])
+            return len(blob)
+        if self._sleeps:  # the weights' memory back (contents undefined until the push below)
+            ray.get([engine.wake_up.remote(tags=["weights"]) for engine in self.engines])
+        bucket_bytes = self.cfg.sync_bucket_bytes
+        if self.sync_backend == "shared":
+            return ray.get(self.policy.async_run("push_weights_shared", self.engines, bucket_bytes))[0]
         receives = [engine.receive_weights.remote() for engine in self.engines]
-        ray.get(self.policy.async_run("broadcast_weights", self.cfg.sync_bucket_bytes) + receives)
+        return ray.get(self.policy.async_run("broadcast_weights", bucket_bytes) + receives)[0]
 
     # --- checkpoints ---------------------------------------------------------------------------------
 

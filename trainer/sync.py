@@ -144,12 +144,12 @@ def unpack_bucket(buffer: torch.Tensor, manifest: Sequence[TensorMeta]) -> list[
     return out
 
 
-def _header(bucket: Bucket) -> bytes:
+def bucket_header(bucket: Bucket) -> bytes:
     entries = [[m.name, list(m.shape), m.offset] for m in bucket.manifest]
     return json.dumps({"dtype": str(bucket.dtype), "numel": bucket.buffer.numel(), "tensors": entries}).encode()
 
 
-def _parse_header(raw: bytes) -> tuple[torch.dtype, int, list[TensorMeta]]:
+def parse_bucket_header(raw: bytes) -> tuple[torch.dtype, int, list[TensorMeta]]:
     head = json.loads(raw.decode())
     dtype = _dtype_from_str(head["dtype"])
     manifest = [TensorMeta(name, dtype, tuple(shape), offset) for name, shape, offset in head["tensors"]]
@@ -264,7 +264,7 @@ def send_bucket(group: SyncGroup, bucket: Bucket, src: int = 0) -> None:
     """Sender side (rank ``src``): one bucket, header first."""
     if group.rank != src:
         raise RuntimeError(f"send_bucket called on rank {group.rank}; only the source rank {src} sends")
-    _send_header(group, _header(bucket), src)
+    _send_header(group, bucket_header(bucket), src)
     buffer = bucket.buffer if bucket.buffer.device == group.device else bucket.buffer.to(group.device)
     broadcast_tensor(group, buffer.contiguous(), src)
 
@@ -296,7 +296,7 @@ def iter_received_buckets(group: SyncGroup, src: int = 0) -> Iterator[Bucket]:
             return
         raw = torch.empty(n, dtype=torch.uint8, device=group.device)
         broadcast_tensor(group, raw, src)
-        dtype, numel, manifest = _parse_header(raw.cpu().numpy().tobytes())
+        dtype, numel, manifest = parse_bucket_header(raw.cpu().numpy().tobytes())
         buffer = torch.empty(numel, dtype=dtype, device=group.device)
         broadcast_tensor(group, buffer, src)
         yield Bucket(dtype, buffer, manifest)

@@ -56,13 +56,17 @@ def _colocated_policy_and_ref():
 
 
 def _start_engines(colocate: bool, pg):
-    """Trainer._start_engines as the loop calls it on a GPU cluster, the engine class a probe."""
+    """Trainer._start_engines as the loop calls it on a GPU cluster (from the placement plan), the engine
+    class a probe."""
     from types import SimpleNamespace
 
     from trainer.loop import Trainer
+    from trainer.placement import plan
 
-    cfg = SimpleNamespace(rollout_backend="hf", colocate_all_models=colocate, pretrain="unused")
-    return Trainer._start_engines(SimpleNamespace(cfg=cfg, policy=SimpleNamespace(pg=pg)), use_gpus=True)
+    cfg = SimpleNamespace(rollout_backend="hf", colocate_all_models=colocate, pretrain="unused", needs_ref=False,
+                          needs_critic=False, actor_num_nodes=1, actor_num_gpus_per_node=2 if colocate else 1)
+    fake = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(pg=pg), plan=plan(cfg, use_gpus=True))
+    return Trainer._start_engines(fake)
 
 
 @pytest.fixture()

@@ -32,6 +32,11 @@ def _flags(tmp, out, episodes, extra=()):
 
 
 def _train(ray, tmp, out, episodes, *extra):
+    return _run(ray, tmp, out, episodes, *extra)[0]
+
+
+def _run(ray, tmp, out, episodes, *extra):
+    """The entry point's metrics rows and its console output."""
     if "--rollout_backend" not in extra:
         extra = ("--rollout_backend", "hf", *extra)
     # Each run joins the session's private Ray (tests/conftest.py) instead of starting one of its own.
@@ -39,7 +44,7 @@ def _train(ray, tmp, out, episodes, *extra):
     result = subprocess.run([sys.executable, "-m", "trainer.train_ppo_ray", *_flags(tmp, out, episodes, extra)],
                             cwd=PROJECT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +69,18 @@ def _resumed(ray, tmp):
     return first, checkpoints, _train(ray, tmp, out, 2, "--load_checkpoint")
 
 
+def _colocated(ray, tmp):
+    """The vLLM engine colocated with the policy: the run's rows, its output and the /dev/shm bucket files
+    it left behind."""
+    from trainer import sync_shared
+
+    before = set(sync_shared.SHM_DIR.glob(sync_shared.SHM_PREFIX + "*"))
+    rows, out = _run(ray, tmp / "vllm", tmp / "vllm" / "colocated", 1, "--rollout_backend", "vllm",
+                     "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1", "--colocate_all_models",
+                     "--actor_num_gpus_per_node", "1", "--micro_train_batch_size", "4", "--sync_bucket_bytes", "300000")
+    return rows, out, set(sync_shared.SHM_DIR.glob(sync_shared.SHM_PREFIX + "*")) - before
+
+
 @pytest.fixture(scope="module")
 def runs(private_ray, tmp):
     """Every run of the module, three at a time on the shared Ray (each mostly waits for its actors to
@@ -80,6 +97,7 @@ def runs(private_ray, tmp):
                                "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
                                "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
                                "--micro_train_batch_size", "4"),
+        "colocated": lambda: _colocated(private_ray, tmp),
     }
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
@@ -147,6 +165,18 @@ def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):
     rows = runs["vllm"]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["timing/sync"] > 0 and r["response_length/mean"] > 0 for r in rows)
+
+
+def test_colocated_vllm_engine_takes_the_weights_in_place(runs, tmp):
+    """--colocate_all_models with vLLM: the engine sits in the policy's placement group and each sync hands it
+    the gathered buckets through /dev/shm (CUDA IPC on GPUs): the full model every step, nothing left over."""
+    rows, out, leftover = runs["colocated"]
+    assert "weight sync: in place (/dev/shm) into 1 colocated engine(s)" in out
+    model_bytes = sum(p.stat().st_size for p in (tmp / "vllm" / "model").glob("*.safetensors"))
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # every step hands over the whole model (the file adds only its small header)
+        assert 0.95 * model_bytes < r["sync/gib"] * 2**30 <= model_bytes, (r["sync/gib"], model_bytes)
+    assert leftover == set()
 
 
 def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):

@@ -246,3 +246,33 @@ def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) ->
         if sender.is_alive():
             sender.kill()
         vllm_engine.update_weights(load_tensors(models[0]))
+
+
+def test_shared_buckets_load_in_place(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
+    """The colocated path's CPU form: buckets published in /dev/shm, loaded by the workers in one reload at
+    the end (the CPU build's rule), and the engine then computes with exactly the pushed weights."""
+    from trainer import sync_shared
+
+    tensors = load_tensors(models[1])
+    pub = sync_shared.Publisher("shm")
+    try:
+        buckets = list(sync.iter_buckets(tensors, 200_000))  # several buckets: layers split across them
+        assert len(buckets) > 1
+        for bucket in buckets:
+            assert vllm_engine.load_shared_bucket(vars(pub.publish(bucket))) is True  # deferred on CPU
+        assert vllm_engine.finish_weight_update() == len(tensors)
+        assert greedy_ids(vllm_engine, PROMPTS) == greedy_ids(hf_refs[1], PROMPTS)
+        assert_engine_holds(vllm_engine, tensors)
+    finally:
+        pub.release()
+        vllm_engine.update_weights(load_tensors(models[0]))
+    assert not list(sync_shared.SHM_DIR.glob(f"{sync_shared.SHM_PREFIX}{os.getpid()}-*"))
+    with pytest.raises(ValueError, match="never called"):  # a finish without buckets is refused
+        vllm_engine.finish_weight_update()
+
+
+def test_generate_without_logprobs_leaves_them_out(engine) -> None:  # noqa: ANN001
+    samples = engine.generate(PROMPTS[:2], n=2, temperature=1.0, max_new_tokens=MAX_NEW, seed=3, logprobs=False)
+    assert len(samples) == 4 and all(s.logprobs is None and s.response_token_ids for s in samples)
+    with_lp = engine.generate(PROMPTS[:2], n=2, temperature=1.0, max_new_tokens=MAX_NEW, seed=3)
+    assert [s.response_token_ids for s in with_lp] == [s.response_token_ids for s in samples]

@@ -186,6 +186,59 @@ class ModelWorker(DistributedWorker):
             send_end(self._sync)
         return sent
 
+    def push_weights_shared(self, engines: list[Any], bucket_bytes: int) -> int:
+        """Colocated engines: gather the ZeRO-3 parameters a bucket at a time and hand each bucket to the
+        engines in place (:mod:`trainer.sync_shared`: CUDA IPC on GPUs, ``/dev/shm`` without); only handles
+        cross Ray. Every rank must call it. The first rank at each location (GPU, or node) publishes its copy;
+        rank 0 collects the handles, has every engine load the bucket and, at the end, finish the update.
+        Returns the bytes handed over (0 on ranks other than 0)."""
+        import ray
+        import torch.distributed as dist
+
+        from trainer import sync_shared
+        from trainer.sync import iter_zero3_buckets
+
+        device = self.engine.device
+        kind = sync_shared.kind_for(device)
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if getattr(self, "_publishes", None) is None:  # which ranks publish: the first one at each location
+            key = sync_shared.location_key(kind, device)
+            keys = [key]
+            if world > 1:
+                keys = [None] * world
+                dist.all_gather_object(keys, key)
+            self._publishes = keys.index(key) == self.rank
+            if self.rank == 0:
+                sync_shared.remove_stale_files()
+        publisher = sync_shared.Publisher(kind, device)
+        deferred = sync_shared.defers_load(kind)
+        sent = 0
+        try:
+            for bucket in iter_zero3_buckets(self.engine, bucket_bytes):
+                mine = publisher.publish(bucket) if self._publishes else None
+                shared = [mine]
+                if world > 1:
+                    shared = [None] * world
+                    dist.all_gather_object(shared, mine)
+                if self.rank == 0:
+                    merged = None
+                    for part in shared:
+                        merged = part if merged is None else merged.merge(part)
+                    ray.get([e.load_shared_bucket.remote(vars(merged)) for e in engines])
+                    sent += bucket.nbytes
+                if not deferred:
+                    if world > 1:
+                        dist.barrier()  # every engine has loaded it: the buffers may go
+                    publisher.release()
+                del bucket
+            if self.rank == 0:
+                ray.get([e.finish_weight_update.remote() for e in engines])
+            if world > 1:
+                dist.barrier()
+        finally:
+            publisher.release()
+        return sent
+
     def set_learning_rate(self, lr: float) -> None:
         """Set the optimizer's learning rate (the supervised warm-up uses its own)."""
         for group in self.engine.optimizer.param_groups:

@@ -3,6 +3,6 @@
 Only the interface is imported here; the engines import vLLM / transformers when they are used.
 """
 
-from trainer.rollout.engine import RolloutEngine, Sample, Weights, create_engine
+from trainer.rollout.engine import RolloutEngine, Sample, Weights
 
-__all__ = ["RolloutEngine", "Sample", "Weights", "create_engine"]
+__all__ = ["RolloutEngine", "Sample", "Weights"]

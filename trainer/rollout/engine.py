@@ -56,8 +56,9 @@ class RolloutEngine(abc.ABC):
         top_p: float = 1.0,
         max_new_tokens: int = 1024,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[Sample]:
-        """``n`` samples for each prompt, prompt-major."""
+        """``n`` samples for each prompt, prompt-major; ``logprobs=False`` leaves ``Sample.logprobs`` None."""
 
     @abc.abstractmethod
     def update_weights(self, weights: Weights) -> int:
@@ -72,12 +73,13 @@ class RolloutEngine(abc.ABC):
         """Forget every cached prompt prefix."""
 
     @abc.abstractmethod
-    def sleep(self) -> None:
-        """Free accelerator memory while the trainer runs (a logged no-op where unsupported)."""
+    def sleep(self) -> int:
+        """Free accelerator memory while the trainer runs; returns the bytes freed (0 where unsupported:
+        a logged no-op)."""
 
     @abc.abstractmethod
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep` (a logged no-op where unsupported)."""
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Undo :meth:`sleep`, all of it or the ``tags`` given (a logged no-op where unsupported)."""
 
     @abc.abstractmethod
     def shutdown(self) -> None:
@@ -124,16 +126,3 @@ def named_tensors(weights: Weights) -> Iterable[tuple[str, torch.Tensor]]:
     if isinstance(weights, Mapping):
         return weights.items()
     return weights
-
-
-def create_engine(backend: str, model_path: str, **kwargs: Any) -> RolloutEngine:
-    """An engine by ``--rollout_backend`` name ('vllm' or 'hf'); ``kwargs`` go to its constructor."""
-    if backend == "vllm":
-        from trainer.rollout.vllm_engine import VllmEngine
-
-        return VllmEngine(model_path, **kwargs)
-    if backend == "hf":
-        from trainer.rollout.hf_engine import HfEngine
-
-        return HfEngine(model_path, **kwargs)
-    raise ValueError(f"unknown rollout backend {backend!r}: expected 'vllm' or 'hf'")

@@ -68,8 +68,10 @@ class HfEngine(RolloutEngine):
         top_p: float = 1.0,
         max_new_tokens: int = 1024,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[Sample]:
-        """See :meth:`RolloutEngine.generate`; ``seed`` seeds a forked RNG (global RNG state is kept)."""
+        """See :meth:`RolloutEngine.generate`; ``seed`` seeds a forked RNG (global RNG state is kept);
+        ``logprobs``: compute the sampled tokens' log-probs (the training loop asks for none)."""
         check_generate_args(prompts, n, temperature, top_p, max_new_tokens)
         if self.model is None:
             raise RuntimeError("this HfEngine was shut down")
@@ -81,12 +83,13 @@ class HfEngine(RolloutEngine):
                 torch.manual_seed(seed)
             for start in range(0, len(prompts), self.batch_size):
                 chunk = slice(start, start + self.batch_size)
-                samples += self._generate_batch(prompts[chunk], ids[chunk], n, temperature, top_p, max_new_tokens)
+                samples += self._generate_batch(prompts[chunk], ids[chunk], n, temperature, top_p, max_new_tokens,
+                                                logprobs)
         return samples
 
     def _generate_batch(
         self, prompts: list[str], ids: list[list[int]], n: int, temperature: float, top_p: float,
-        max_new_tokens: int,
+        max_new_tokens: int, logprobs: bool = True,
     ) -> list[Sample]:  # fmt: skip
         width = max(len(t) for t in ids)
         input_ids = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
@@ -105,15 +108,17 @@ class HfEngine(RolloutEngine):
             eos_token_id=self.eos_id,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_logits=True,
+            output_logits=logprobs,
             **sampling,
         )
         new_dev = out.sequences[:, width:]
         # Raw log-probs of the sampled tokens, one step at a time on the model's device: stacking every
         # step's logits ([batch * n, steps, vocab] float32, 10 GB for 64 x 256 tokens of a 152k vocab) and
         # taking the softmax on the CPU cost more than the generation itself.
-        logp = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, new_dev[:, t : t + 1]).squeeze(-1)
-                            for t, step in enumerate(out.logits)], dim=1).cpu()  # fmt: skip
+        logp = None
+        if logprobs:
+            logp = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, new_dev[:, t : t + 1]).squeeze(-1)
+                                for t, step in enumerate(out.logits)], dim=1).cpu()  # fmt: skip
         new = new_dev.cpu()
         samples = []
         for row in range(new.shape[0]):
@@ -124,7 +129,8 @@ class HfEngine(RolloutEngine):
                 finish = "stop"
             p = row // n
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            samples.append(Sample(prompts[p], list(ids[p]), tokens, text, logp[row, : len(tokens)].tolist(), finish))
+            lps = logp[row, : len(tokens)].tolist() if logp is not None else None
+            samples.append(Sample(prompts[p], list(ids[p]), tokens, text, lps, finish))
         return samples
 
     # --- weights ---------------------------------------------------------------------------------------
@@ -154,14 +160,18 @@ class HfEngine(RolloutEngine):
         """Nothing cached between calls: no-op."""
 
     # --- memory ----------------------------------------------------------------------------------------
-    def sleep(self) -> None:
+    def sleep(self) -> int:
+        """Move the model to the host; returns the bytes freed (0 off CUDA: a logged no-op)."""
         if self.device.type != "cuda":
             log.info("HfEngine sleep() is a no-op on %s", self.device)
-            return
+            return 0
+        before = torch.cuda.memory_allocated(self.device)
         self.model.to("cpu")
         torch.cuda.empty_cache()
+        return max(before - torch.cuda.memory_allocated(self.device), 0)
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Move the model back to the device (``tags`` is accepted for the engine interface; all of it moves)."""
         if self.device.type != "cuda":
             log.info("HfEngine wake_up() is a no-op on %s", self.device)
             return

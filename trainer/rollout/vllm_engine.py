@@ -6,9 +6,19 @@ by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~2 s start instead of ~15 s); 
 so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there.
 
 Weights are pushed through the worker extension :class:`trainer.rollout.vllm_worker_ext.WeightSyncExtension`:
-as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC) or as a bucket
+as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC), as a bucket
 stream over a dedicated process group (:meth:`VllmEngine.init_weight_sync_group` +
-:meth:`VllmEngine.receive_weights`). The prefix cache is reset after every update.
+:meth:`VllmEngine.receive_weights`), or in place from a colocated trainer's memory
+(:meth:`VllmEngine.load_shared_bucket` ... :meth:`VllmEngine.finish_weight_update`). The prefix cache is
+reset after every update.
+
+Sleep (GPU only): level 1 keeps a host copy of the weights, level 2 drops them. The trainer uses level 2,
+since it always pushes new weights before the next generate: :meth:`wake_up` with ``tags=["weights"]``
+maps the weight memory back (its contents undefined until the push), the push fills it, and
+:meth:`finish_weight_update` wakes the KV cache.
+
+vLLM release differences are handled in :mod:`trainer.rollout.vllm_compat` (0.26 on the GPU image, 0.32
+pinned).
 
 The class is plain: wrap it with ``ray.remote(num_cpus=..., num_gpus=...)`` to run it as a Ray actor. A
 script that creates one must guard its entry point with ``if __name__ == "__main__":`` (vLLM spawns).
@@ -19,8 +29,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from trainer.rollout import vllm_compat
 from trainer.rollout.engine import (
     RolloutEngine,
     Sample,
@@ -29,9 +40,6 @@ from trainer.rollout.engine import (
     named_tensors,
     tokenize_prompts,
 )
-
-if TYPE_CHECKING:
-    from trainer.config import TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +61,8 @@ class VllmEngine(RolloutEngine):
         enforce_eager: no CUDA graphs.
         dtype: model dtype for vLLM ("auto": from the checkpoint config).
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
-        sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights; 2: discard them).
+        sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
+            them, for callers that push new weights before generating again).
         llm_kwargs: anything else for ``vllm.LLM`` (``max_model_len``, ``distributed_executor_backend``...).
     """
 
@@ -75,6 +84,9 @@ class VllmEngine(RolloutEngine):
     ) -> None:
         from vllm.platforms import current_platform
 
+        vllm_compat.check_version()
+        if sleep_level not in (1, 2):
+            raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
         self.on_cpu = bool(current_platform.is_cpu())
         if in_process is None:
             in_process = self.on_cpu
@@ -110,27 +122,9 @@ class VllmEngine(RolloutEngine):
         self.model_path = str(model_path)
         self.sleep_enabled = enable_sleep
         self.sleep_level = sleep_level
-        self.asleep = False
+        self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
         self._llm: Any = LLM(**kwargs)
         self.tokenizer = self._llm.get_tokenizer()
-
-    @classmethod
-    def from_config(cls, config: TrainerConfig, model_path: str | None = None, **overrides: Any) -> VllmEngine:
-        """An engine configured from the trainer's flags (``--vllm_*``, ``--enable_prefix_caching``...)."""
-        path = model_path or config.pretrain
-        if not path:
-            raise ValueError("no model: pass model_path or set --pretrain")
-        kwargs: dict[str, Any] = dict(
-            tensor_parallel_size=config.vllm_tensor_parallel_size,
-            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enable_sleep=config.vllm_enable_sleep,
-            enforce_eager=config.enforce_eager,
-            seed=config.seed,
-            max_model_len=config.max_sequence_len or None,
-        )
-        kwargs.update(overrides)
-        return cls(path, **kwargs)
 
     @property
     def llm(self) -> Any:
@@ -147,14 +141,17 @@ class VllmEngine(RolloutEngine):
         top_p: float = 1.0,
         max_new_tokens: int = 1024,
         seed: int | None = None,
+        logprobs: bool = True,
     ) -> list[Sample]:
-        """See :meth:`RolloutEngine.generate`; the sampled tokens' logprobs come along (``logprobs=0``)."""
+        """See :meth:`RolloutEngine.generate`; ``logprobs``: return the sampled tokens' log-probs
+        (``logprobs=0`` in vLLM; the training loop recomputes them and asks for none)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         check_generate_args(prompts, n, temperature, top_p, max_new_tokens)
-        if self.asleep:
-            raise RuntimeError("generate() on a sleeping engine: call wake_up() first")
+        if self.asleep_tags:
+            raise RuntimeError(f"generate() on a sleeping engine ({sorted(self.asleep_tags)} released): "
+                               "call wake_up() first")
         ids = tokenize_prompts(self.tokenizer, prompts)
         params = SamplingParams(
             n=n,
@@ -162,17 +159,17 @@ class VllmEngine(RolloutEngine):
             top_p=top_p if temperature > 0 else 1.0,
             max_tokens=max_new_tokens,
             seed=seed,
-            logprobs=0,
+            logprobs=0 if logprobs else None,
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=t) for t in ids], params, use_tqdm=False)
         samples = []
         for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
             for c in out.outputs:
                 tokens = list(c.token_ids)
-                logprobs = None
-                if c.logprobs is not None:
-                    logprobs = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
-                samples.append(Sample(prompt, list(prompt_ids), tokens, c.text, logprobs, c.finish_reason))
+                lps = None
+                if logprobs and c.logprobs is not None:
+                    lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
+                samples.append(Sample(prompt, list(prompt_ids), tokens, c.text, lps, c.finish_reason))
         return samples
 
     # --- weights ---------------------------------------------------------------------------------------
@@ -186,8 +183,9 @@ class VllmEngine(RolloutEngine):
             blobs = [bytes(b) for b in weights]
         else:
             blobs = [to_safetensors_bytes(named_tensors(weights))]
+        self._check_weights_awake()
         counts = self.llm.collective_rpc("rlrun_load_safetensors", args=(blobs,))
-        self.reset_prefix_cache()
+        self._after_update()
         return int(counts[0])
 
     def init_weight_sync_group(
@@ -203,13 +201,39 @@ class VllmEngine(RolloutEngine):
         )
 
     def receive_weights(self, src: int = 0) -> int:
-        """Receive one bucket stream from ``src`` into the model; resets the prefix cache."""
+        """Receive one bucket stream from ``src`` into the model; wakes the KV cache, resets the prefix cache."""
+        self._check_weights_awake()
         counts = self.llm.collective_rpc("rlrun_receive_weights", args=(src,))
-        self.reset_prefix_cache()
+        self._after_update()
         return int(counts[0])
 
     def close_weight_sync_group(self) -> None:
         self.llm.collective_rpc("rlrun_close_sync_group")
+
+    def load_shared_bucket(self, wire: dict[str, Any]) -> bool:
+        """Load one shared bucket (``SharedBucket.__dict__``) in place from the colocated trainer's memory.
+
+        Returns True when the workers defer the load to :meth:`finish_weight_update` (CPU build): the
+        sender keeps the bucket alive until then."""
+        self._check_weights_awake()
+        deferred = self.llm.collective_rpc("rlrun_load_shared", args=(dict(wire),))
+        return bool(any(deferred))
+
+    def finish_weight_update(self) -> int:
+        """End of a shared-bucket update: deferred loads, then the KV cache woken and the prefix cache reset.
+        Returns the tensors loaded (first worker)."""
+        counts = self.llm.collective_rpc("rlrun_finish_shared")
+        self._after_update()
+        return int(counts[0])
+
+    def _check_weights_awake(self) -> None:
+        if "weights" in self.asleep_tags:
+            raise RuntimeError("weight update on an engine whose weights are asleep: wake_up(['weights']) first")
+
+    def _after_update(self) -> None:
+        if self.asleep_tags:  # the weights are in: the KV cache can come back
+            self.wake_up()
+        self.reset_prefix_cache()
 
     def read_weights(self) -> dict[str, Any]:
         """The first worker's effective weights in vLLM names (see ``rlrun_read_weights``); for tests."""
@@ -224,23 +248,41 @@ class VllmEngine(RolloutEngine):
             )
 
     # --- memory ----------------------------------------------------------------------------------------
-    def sleep(self) -> None:
+    def device_memory(self) -> list[dict[str, int]]:
+        """Per worker: the device's free and total bytes and the bytes of the model's weights."""
+        return self.llm.collective_rpc("rlrun_device_memory")
+
+    def sleep(self) -> int:
+        """Release the engine's device memory until :meth:`wake_up`; returns the bytes freed on the first
+        worker's device (0 where sleep is unsupported or off: a logged no-op)."""
         if not self.sleep_enabled:
             where = "on CPU" if self.on_cpu else "without enable_sleep"
             log.info("vLLM sleep() is a no-op %s: memory stays allocated", where)
-            return
+            return 0
+        if self.asleep_tags:
+            return 0
+        before = self.device_memory()[0]["free"]
         self.llm.sleep(level=self.sleep_level)
-        self.asleep = True
+        self.asleep_tags = {"weights", "kv_cache"}
+        return max(self.device_memory()[0]["free"] - before, 0)
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Restore what :meth:`sleep` released: ``tags`` a subset of ``["weights", "kv_cache"]`` (None: all).
+        After a level-2 sleep the weights' contents are undefined until new weights are pushed."""
         if not self.sleep_enabled:
             log.info("vLLM wake_up() is a no-op: sleep mode is off")
             return
-        if not self.asleep:
+        wanted = set(self.asleep_tags if tags is None else tags)
+        unknown = wanted - {"weights", "kv_cache"}
+        if unknown:
+            raise ValueError(f"unknown wake_up tags {sorted(unknown)}: expected 'weights' and/or 'kv_cache'")
+        todo = sorted(wanted & self.asleep_tags, key=["weights", "kv_cache"].index)
+        if not todo:
             return
-        self.llm.wake_up()
-        self.asleep = False
-        self.reset_prefix_cache()
+        vllm_compat.wake_up(self.llm, todo)
+        self.asleep_tags -= set(todo)
+        if not self.asleep_tags:
+            self.reset_prefix_cache()
 
     def shutdown(self) -> None:
         """Shut the engine core down (frees its shared memory); idempotent."""
@@ -248,7 +290,7 @@ class VllmEngine(RolloutEngine):
         if llm is None:
             return
         try:
-            llm.llm_engine.engine_core.shutdown()
+            vllm_compat.shutdown(llm)
         except Exception as e:  # noqa: BLE001 - best effort; the process may be going away anyway
             log.warning("vLLM engine core shutdown failed: %s", e)
         del llm

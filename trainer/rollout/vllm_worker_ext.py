@@ -5,11 +5,14 @@ class into its Worker, so its methods run inside every engine worker and are cal
 ``llm.collective_rpc("rlrun_...")``. Every attribute is prefixed ``rlrun_``: vLLM refuses an extension
 whose attribute names clash with the Worker's (``update_weights`` is taken).
 
-Weights always go through the worker's own ``reload_weights(weights_iterator=..., is_checkpoint_format=True)``
-(HF checkpoint names; vLLM fuses q/k/v and gate/up itself), in ONE call per update: the layer-wise reload
-buffers a layer until all its weights arrived, so a layer split over two calls would be loaded half-empty.
-Calling ``model.load_weights`` directly fails on CPU, where the linear weights are replaced by packed
-kernels after loading (see notes/vllm-on-cpu.md).
+Three ways in, one loader (:func:`trainer.rollout.vllm_compat.load_weights`: ``model.load_weights`` on GPUs,
+bucket by bucket; the worker's ``reload_weights`` in one call on the CPU build):
+
+- safetensors blobs (``rlrun_load_safetensors``): through Ray and vLLM's RPC; small models, the HF path;
+- a bucket stream over a weight-sync group (``rlrun_init_sync_group`` + ``rlrun_receive_weights``):
+  engines on GPUs of their own, NCCL (gloo without GPUs);
+- shared buckets (``rlrun_load_shared`` ... ``rlrun_finish_shared``): engines colocated with the policy,
+  in place from the trainer's memory (CUDA IPC; ``/dev/shm`` without GPUs), see :mod:`trainer.sync_shared`.
 
 The caller must reset the prefix cache after every update (:class:`trainer.rollout.vllm_engine.VllmEngine`
 does).
@@ -24,6 +27,7 @@ from typing import Any
 import torch
 
 from trainer import sync
+from trainer.rollout import vllm_compat
 
 log = logging.getLogger(__name__)
 
@@ -44,35 +48,71 @@ if not any(isinstance(f, _RotaryCacheNotAWeight) for f in logging.getLogger(RELO
     logging.getLogger(RELOAD_LOGGER).addFilter(_RotaryCacheNotAWeight())
 
 
-def _counted(pairs: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
-    for pair in pairs:
-        counter[0] += 1
-        yield pair
-
-
 def _blob_tensors(blobs: list[bytes]) -> Iterator[tuple[str, torch.Tensor]]:
     for blob in blobs:
         yield from sync.from_safetensors_bytes(blob).items()
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 class WeightSyncExtension:
     """Methods mixed into vLLM's Worker (``self`` is the worker); see the module docstring."""
 
     rlrun_sync_group: sync.SyncGroup | None = None
+    rlrun_pending: list | None = None  # shared buckets held until rlrun_finish_shared (CPU build)
+    rlrun_loaded = 0  # tensors loaded from shared buckets since the last rlrun_finish_shared
 
     def rlrun_reload(self, pairs: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Load ``(HF name, tensor)`` pairs with one ``reload_weights`` call; returns how many were loaded."""
-        counter = [0]
-        self.reload_weights(weights_iterator=_counted(pairs, counter), is_checkpoint_format=True)  # type: ignore[attr-defined]
-        if counter[0] == 0:
-            raise ValueError("weight update with no tensors: expected at least one (name, tensor)")
-        return counter[0]
+        """Load a whole update of ``(HF name, tensor)`` pairs; returns how many were loaded."""
+        return vllm_compat.load_weights(self, pairs, on_cpu=_on_cpu())
 
     def rlrun_load_safetensors(self, blobs: bytes | list[bytes]) -> int:
         """Load one update given as safetensors blob(s) (:func:`trainer.sync.to_safetensors_bytes`)."""
         if isinstance(blobs, bytes | bytearray):
             blobs = [bytes(blobs)]
         return self.rlrun_reload(_blob_tensors(list(blobs)))
+
+    def rlrun_load_shared(self, wire: dict[str, Any]) -> bool:
+        """Load one shared bucket (:class:`trainer.sync_shared.SharedBucket` as a dict) from the trainer's
+        memory on this worker's GPU (or node). Returns True when the load is deferred to
+        :meth:`rlrun_finish_shared` (the CPU build loads a whole update at once): the sender must then keep
+        the bucket until that call returns."""
+        from trainer import sync_shared
+
+        shared = sync_shared.SharedBucket(**wire)
+        device = self.device if shared.kind == "cuda" else None  # type: ignore[attr-defined]
+        bucket = sync_shared.open_bucket(shared, device)
+        if not vllm_compat.loads_incrementally(_on_cpu()):
+            self.rlrun_pending = [*(self.rlrun_pending or []), bucket]
+            return True
+        self.rlrun_loaded += vllm_compat.load_weights(self, bucket.tensors(), on_cpu=False)
+        if shared.kind == "cuda":  # the copies out of the trainer's memory are done before it may reuse it
+            torch.cuda.synchronize(bucket.buffer.device)
+        del bucket
+        return False
+
+    def rlrun_finish_shared(self) -> int:
+        """End of a shared-bucket update: load what was deferred; returns the tensors loaded in all."""
+        pending, self.rlrun_pending = self.rlrun_pending or [], None
+        loaded, self.rlrun_loaded = self.rlrun_loaded, 0
+        if pending:
+            loaded += self.rlrun_reload(pair for bucket in pending for pair in bucket.tensors())
+        del pending
+        if loaded == 0:
+            raise ValueError("shared weight update with no tensors: rlrun_load_shared was never called")
+        return loaded
+
+    def rlrun_device_memory(self) -> dict[str, int]:
+        """This worker's device: free and total bytes (``cudaMemGetInfo``), and the bytes its weights take."""
+        weights = sum(p.numel() * p.element_size() for p in self.model_runner.get_model().parameters())  # type: ignore[attr-defined]
+        if _on_cpu() or not torch.cuda.is_available():
+            return {"free": 0, "total": 0, "weights": weights}
+        free, total = torch.cuda.mem_get_info()
+        return {"free": int(free), "total": int(total), "weights": int(weights)}
 
     def rlrun_init_sync_group(
         self, master_addr: str, master_port: int, rank_offset: int, world_size: int, backend: str = "gloo",

