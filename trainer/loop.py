@@ -350,7 +350,10 @@ class Trainer:
             blob = to_safetensors_bytes(self.policy.run("full_state")[0])
             ray.get([engine.update_weights.remote(blob) for engine in self.engines])
             return len(blob)
-        if self._sleeps:  # the weights' memory back (contents undefined until the push below)
+        if self._sleeps:  # the weights' memory back (contents undefined until the push below), into the room
+            # the models' allocators cached while training
+            groups = [g for g in (self.policy, self.ref, self.critic) if g is not None]
+            ray.get([ref for g in groups for ref in g.async_run("empty_cache")])
             ray.get([engine.wake_up.remote(tags=["weights"]) for engine in self.engines])
         bucket_bytes = self.cfg.sync_bucket_bytes
         if self.sync_backend == "shared":

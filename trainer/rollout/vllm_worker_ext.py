@@ -107,12 +107,17 @@ class WeightSyncExtension:
         return loaded
 
     def rlrun_device_memory(self) -> dict[str, int]:
-        """This worker's device: free and total bytes (``cudaMemGetInfo``), and the bytes its weights take."""
-        weights = sum(p.numel() * p.element_size() for p in self.model_runner.get_model().parameters())  # type: ignore[attr-defined]
-        if _on_cpu() or not torch.cuda.is_available():
-            return {"free": 0, "total": 0, "weights": weights}
-        free, total = torch.cuda.mem_get_info()
-        return {"free": int(free), "total": int(total), "weights": int(weights)}
+        """This worker's device: free and total bytes (``cudaMemGetInfo``), and the bytes its weights and
+        its KV cache take (sizes of the tensors, whether or not their memory is mapped while asleep)."""
+        runner = self.model_runner  # type: ignore[attr-defined]
+        weights = sum(p.numel() * p.element_size() for p in runner.get_model().parameters())
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in getattr(runner, "kv_caches", None) or [] if isinstance(t, torch.Tensor)}
+        out = {"free": 0, "total": 0, "weights": int(weights), "kv_cache": int(sum(storages.values()))}
+        if not _on_cpu() and torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            out.update(free=int(free), total=int(total))
+        return out
 
     def rlrun_init_sync_group(
         self, master_addr: str, master_port: int, rank_offset: int, world_size: int, backend: str = "gloo",

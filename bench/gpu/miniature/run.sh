@@ -7,6 +7,8 @@
 #   bash bench/gpu/miniature/run.sh cpu OUT            # here: a fresh clone after `make venv`
 #   PKG=.gpu-pkg bash bench/gpu/miniature/run.sh x4 OUT   # nvidia-h200-x4: 2 nodes x 2 GPUs
 #   PKG=.gpu-pkg bash bench/gpu/miniature/run.sh x1 OUT   # one GPU (nvidia-h100-x1, nvidia-h200): 1 node
+#   ROLLOUT=vllm bash bench/gpu/miniature/run.sh x1 OUT   # the same with vLLM engines (packages carried and
+#                                                         # installed by bench/gpu/carry.py: no PKG needed)
 #
 # cpu: inventory bench/gpu/miniature/inventory (nodes 127.0.0.7 / .8, 2 CPUs each), a tiny model from
 #   `python -m trainer.tiny`, placement actor 2 x 1 / reference 2 x 1 colocated. A CPU cluster has no
@@ -18,7 +20,9 @@
 #   the preset's other settings and packed micro-batches (--packing_samples). Nothing can be installed there: $PKG holds what bench/gpu/pack.sh and
 #   bench/gpu/miniature/pack_extra.sh made here (ray, deepspeed, ansible-core, the reward service's and
 #   Ray dashboard's packages), unpacked into /tmp/site.
-# All: --rollout_backend hf (vLLM cannot be installed on the GPU machines), flash_attn off (the preset's
+# ROLLOUT=hf (the default) runs the HF engine; ROLLOUT=vllm the preset's vLLM engines colocated and asleep
+# while training (x1: one engine of TP 1 at half the GPU's memory; weights in place through CUDA IPC).
+# All: flash_attn off (the preset's
 # FlashAttention-2 is not installed there either; the trainer refuses the flag without it), the seed's batch sizes
 # scaled down, a few steps. OUT gets site.log, status.txt, dryrun.log, submit.log, job.log,
 # steps.txt (each step's timings), nccl.txt (NCCL transport lines, x4), summary.txt (stage seconds).
@@ -66,7 +70,11 @@ case $kind in
   x4|x1)
     inv=$here/inventory-$kind
     cluster=mini8$kind
-    pkg=$(realpath "${PKG:?PKG: the folder of carried packages}")
+    if [ -f /tmp/site/.installed ]; then
+      pkg=${PKG:-/tmp/site}  # installed already (bench/gpu/carry.py install, or an earlier run)
+    else
+      pkg=$(realpath "${PKG:?PKG: the folder of carried packages}")
+    fi
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     install() {
       [ -f /tmp/site/.installed ] && return 0
@@ -173,14 +181,19 @@ if ! tail -1 "$out/cpu_adam.log" | grep -q "^rc=0"; then
   echo "cpu_adam did not build: submitting with --set adam_offload=false" | tee -a "$summary"
 fi
 
+# (with the HF engine, the preset's vLLM-only values go back to their defaults: set, they would be refused)
+rollout=(--set rollout_backend=hf --set vllm_num_engines=0 --set vllm_tensor_parallel_size=1
+         --set vllm_enable_sleep=false --set enable_prefix_caching=false
+         --set vllm_gpu_memory_utilization=0.95 --set vllm_sync_backend=nccl)
+if [ "${ROLLOUT:-hf}" = vllm ]; then
+  rollout=(--set rollout_backend=vllm --set vllm_num_engines=$per_node --set vllm_tensor_parallel_size=1
+           --set vllm_gpu_memory_utilization=0.5)
+fi
 job=(--preset 32b-rloo
      --set pretrain=$work/model --set prompt_data=$work/copy.jsonl --set label_key=answer
-     --set apply_chat_template=true
-     --set rollout_backend=hf --set vllm_num_engines=0 --set vllm_tensor_parallel_size=1
-     --set vllm_enable_sleep=false --set enable_prefix_caching=false --set flash_attn=false
-     --set vllm_gpu_memory_utilization=0.95 --set vllm_sync_backend=nccl
+     --set apply_chat_template=true "${rollout[@]}" --set flash_attn=false
      --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
-     --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg)
+     --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
 echo "rlrun -i $inv submit ${job[*]} ${check[*]} --follow" | tee "$out/command.txt"
 rlrun -i $inv submit "${job[@]}" --dry-run >"$out/dryrun.log" 2>&1
 sed -n '/^checks against/,$p' "$out/dryrun.log"

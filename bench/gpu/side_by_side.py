@@ -1,0 +1,243 @@
+"""rlrun's trainer and OpenRLHF on the same GPU, model, data, batch shape and flags, in one run.
+
+    python3 bench/gpu/side_by_side.py --model M --data D.jsonl --out OUT [--steps 6] [--deadline 560]
+
+In order, each in a process of its own with the GPU to itself:
+
+1. ``bare``: plain ``vllm.LLM.generate`` of one step's batch (bench/gpu/vllm_bench.py bare): what the
+   trainer's generate phase is held to (<= 1.25x);
+2. ``rlrun``: ``python -m trainer.train_ppo_ray``, everything colocated on one GPU (ZeRO-3 policy and
+   reference, one vLLM engine that sleeps while training and takes its weights in place), RLOO;
+3. ``openrlhf``: OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` (0.11.2, unmodified) with the same settings
+   in its flag names; its per-step ``timing/*`` are read from its log.
+
+Shape (both): 16 prompts x 4 samples, 256 new tokens, train batch 64 in micro-batches of 8, one epoch,
+ZeRO-3 bf16, SDPA attention, KL 0.02 (k1 in the reward), lr 1e-6, temperature 1, vLLM at 0.5 of the GPU's
+memory with sleep, no prefix caching, no packing, no DeepSpeed offload. The reward is the share of digits
+in the response (bench/gpu/rewards.py; OpenRLHF gets the same function as bench/gpu/openrlhf_reward.py).
+Medians are over the steps after the first. A system that has not finished when ``--deadline`` seconds of
+the whole run have passed is stopped (its process group) and reported with the steps it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+       "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "VLLM_USE_FLASHINFER_SAMPLER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+       "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+RLRUN_PHASES = ("generate", "sleep", "make_experience", "train", "sync")
+OPENRLHF_PHASES = ("generation", "make_experience", "ppo_train", "broadcast")
+
+
+def rlrun_command(args, out: Path) -> list[str]:
+    return [sys.executable, "-m", "trainer.train_ppo_ray", "--pretrain", args.model, "--prompt_data", args.data,
+            "--input_key", "message", "--label_key", "answer", "--apply_chat_template",
+            "--reward_fn", "bench.gpu.rewards:digit_share",
+            "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
+            "--vllm_gpu_memory_utilization", "0.5", "--colocate_all_models", "--vllm_enable_sleep",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--ref_num_nodes", "1",
+            "--ref_num_gpus_per_node", "1", "--advantage_estimator", "rloo", "--n_samples_per_prompt", str(args.n),
+            "--rollout_batch_size", str(args.prompts), "--micro_rollout_batch_size", str(args.prompts),
+            "--train_batch_size", str(args.prompts * args.n), "--micro_train_batch_size", "8",
+            "--generate_max_len", str(args.new_tokens), "--prompt_max_len", "128", "--num_episodes", "1",
+            "--max_samples", str(args.prompts * args.steps), "--zero_stage", "3", "--bf16",
+            "--actor_learning_rate", "1e-6", "--init_kl_coef", "0.02", "--temperature", "1.0", "--seed", "1",
+            "--save_path", str(out), "--logging_steps", "1"]
+
+
+def openrlhf_command(args, out: Path) -> list[str]:
+    return [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", "--actor.model_name_or_path", args.model,
+            "--data.prompt_dataset", args.data, "--data.input_key", "message", "--data.label_key", "answer",
+            "--data.apply_chat_template", "--reward.remote_url", str(HERE / "openrlhf_reward.py"),
+            "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.5",
+            "--train.colocate_all", "--vllm.enable_sleep",
+            "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_nodes", "1",
+            "--ref.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo",
+            "--rollout.n_samples_per_prompt", str(args.n), "--rollout.batch_size", str(args.prompts),
+            "--rollout.micro_batch_size", str(args.prompts), "--train.batch_size", str(args.prompts * args.n),
+            "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(args.new_tokens), "--data.max_len", "384",
+            "--train.num_episodes", "1", "--data.max_samples", str(args.prompts * args.steps), "--ds.zero_stage", "3",
+            "--ds.param_dtype", "bf16", "--ds.attn_implementation", "sdpa", "--actor.adam.lr", "1e-6",
+            "--algo.kl.init_coef", "0.02", "--rollout.temperature", "1.0", "--train.seed", "1",
+            "--ckpt.output_dir", str(out), "--ckpt.path", str(out / "ckpt")]
+
+
+def run(name: str, cmd: list[str], env: dict, log: Path, deadline: float) -> tuple[int | None, float]:
+    """Run ``cmd`` in a session of its own until it ends or ``deadline`` (monotonic); returns (exit code or
+    None when stopped at the deadline, seconds)."""
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            print(f"{name}: stopped at the deadline after {time.monotonic() - t0:.0f} s", flush=True)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)  # its own session: the processes this run started
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=20)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            rc = None
+    return rc, time.monotonic() - t0
+
+
+def wait_gpu_free(limit_mib: int = 3000, timeout: float = 60) -> int:
+    """Wait until GPU 0 holds less than ``limit_mib`` (the last run's processes are gone); returns MiB used."""
+    used = -1
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True)
+        used = int(out.stdout.split()[0]) if out.returncode == 0 else -1
+        if 0 <= used < limit_mib:
+            break
+        time.sleep(2)
+    return used
+
+
+def rlrun_steps(out: Path) -> list[dict]:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for prev, row in zip([None, *rows], rows, strict=False):
+        row["phases"] = {p: row.get(f"timing/{p}", 0.0) for p in RLRUN_PHASES}
+        row["step_s"] = sum(row["phases"].values())
+        row["wall_s"] = row["time"] - prev["time"] if prev else None
+    return rows
+
+
+STEP_RE = re.compile(r"Global step (\d+): (\{.*\})")
+NUM_RE = re.compile(r"'(timing/[a-z_]+)': (?:np\.float64\()?([0-9.eE+-]+)")
+
+
+def openrlhf_steps(log: Path) -> list[dict]:
+    rows = []
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        m = STEP_RE.search(line)
+        if not m:
+            continue
+        timing = {k.removeprefix("timing/"): float(v) for k, v in NUM_RE.findall(m.group(2))}
+        rows.append({"step": int(m.group(1)), "phases": {p: timing.get(p, 0.0) for p in OPENRLHF_PHASES},
+                     "step_s": timing.get("step_total", sum(timing.get(p, 0.0) for p in OPENRLHF_PHASES))})
+    return rows
+
+
+def medians(rows: list[dict]) -> dict:
+    later = rows[1:] or rows
+    if not later:
+        return {}
+    out = {p: statistics.median(r["phases"][p] for r in later) for p in later[0]["phases"]}
+    out["step"] = statistics.median(r["step_s"] for r in later)
+    walls = [r["wall_s"] for r in later if r.get("wall_s")]
+    if walls:
+        out["wall"] = statistics.median(walls)
+    out["steps_measured"] = len(later)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", default="/tmp/side_by_side")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--n", type=int, default=4)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--deadline", type=float, default=560, help="seconds for the whole run")
+    p.add_argument("--systems", default="bare,rlrun,openrlhf")
+    p.add_argument("--shim", default=str(HERE / "openrlhf_shim"), help="the stand-in flash_attn (see its README)")
+    args = p.parse_args(argv)
+    start = time.monotonic()
+    deadline = start + args.deadline
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    systems = args.systems.split(",")
+    base_env = {**os.environ, **ENV}
+    results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps}}
+
+    if "bare" in systems:
+        cmd = [sys.executable, str(HERE / "vllm_bench.py"), "bare", "--model", args.model, "--data", args.data,
+               "--json", str(out / "bare.json"), "--prompts", str(args.prompts), "--n", str(args.n),
+               "--max-tokens", str(args.new_tokens), "--repeat", "3", "--gpu-util", "0.5"]
+        env = {**base_env, "PYTHONPATH": f"{PROJECT}:{os.environ.get('PYTHONPATH', '')}"}
+        rc, secs = run("bare", cmd, env, out / "bare.log", min(deadline, time.monotonic() + 200))
+        results["bare"] = json.loads((out / "bare.json").read_text()) if rc == 0 else {"error": f"exit {rc}"}
+        results["bare"]["process_s"] = secs
+        print(f"bare: {results['bare']}", flush=True)
+        wait_gpu_free()
+
+    for name, make_cmd in (("rlrun", rlrun_command), ("openrlhf", openrlhf_command)):
+        if name not in systems:
+            continue
+        run_out = out / name
+        shutil.rmtree(run_out, ignore_errors=True)
+        run_out.mkdir(parents=True)
+        ray_tmp = tempfile.mkdtemp(prefix=f"sbs{name[0]}", dir="/tmp")  # short: Ray's socket paths
+        pythonpath = [str(PROJECT)] + ([args.shim] if name == "openrlhf" else [])
+        env = {**base_env, "RAY_TMPDIR": ray_tmp,
+               "PYTHONPATH": ":".join([*pythonpath, os.environ.get("PYTHONPATH", "")])}
+        env.pop("RAY_ADDRESS", None)
+        rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline)
+        rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
+        results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows)}
+        print(f"{name}: exit {rc} after {secs:.0f} s, {len(rows)} steps; median {results[name]['median']}", flush=True)
+        if rc not in (0, None):
+            print("".join((out / f"{name}.log").read_text(errors="replace").splitlines(True)[-40:]), flush=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        wait_gpu_free()
+
+    (out / "side_by_side.json").write_text(json.dumps(results, indent=1, default=str))
+    table(results)
+    return 0
+
+
+def table(r: dict) -> None:
+    a, b, bare = r.get("rlrun", {}).get("median", {}), r.get("openrlhf", {}).get("median", {}), r.get("bare", {})
+    sh = r["shape"]
+    print(f"\none step: {sh['prompts']} prompts x {sh['n']} samples x {sh['new_tokens']} new tokens, RLOO, "
+          "everything on one GPU")
+    print(f"{'phase':<34}{'rlrun':>10}{'OpenRLHF':>10}")
+    pairs = [("generate (OpenRLHF: generation)", "generate", "generation"), ("engine sleep", "sleep", None),
+             ("make_experience", "make_experience", "make_experience"), ("train (OpenRLHF: ppo_train)", "train", "ppo_train"),
+             ("sync (OpenRLHF: broadcast)", "sync", "broadcast"), ("step (sum of phases)", "step", "step"),
+             ("step (wall, between log lines)", "wall", None)]
+    for label, ka, kb in pairs:
+        va = f"{a[ka]:.2f} s" if ka in a else "-"
+        vb = f"{b[kb]:.2f} s" if kb and kb in b else "-"
+        print(f"{label:<34}{va:>10}{vb:>10}")
+    print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, OpenRLHF {b.get('steps_measured', 0)}")
+    if "step" in a and "step" in b:
+        print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x (target <= 0.8)")
+    if "step" in a:
+        print(f"rlrun colocated step: {a['step']:.2f} s (target <= 6)")
+    if "generate" in a and "seconds" in bare:
+        print(f"rlrun generate / bare LLM.generate ({bare['seconds']:.2f} s, {bare['tok_s']:,.0f} tok/s): "
+              f"{a['generate'] / bare['seconds']:.2f}x (target <= 1.25)")
+    if "sync" in a:
+        print(f"rlrun colocated sync (gather + in-place update + wake): {a['sync']:.3f} s (target <= 0.5)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
