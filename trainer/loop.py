@@ -225,20 +225,26 @@ class Trainer:
         return sum(ray.get([engine.sleep.remote() for engine in self.engines]))
 
     def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
+        import ray
+
         cfg = self.cfg
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         exp = build_experience([s.prompt_token_ids for s in samples], [s.response_token_ids for s in samples], pad)
+        # The models' forwards run at once (own processes, possibly one GPU) while the rewards are computed.
+        forwards = {"old_logprobs": self._per_rank(self.policy, "batch_logprobs", exp)}
+        if self.ref is not None:
+            forwards["ref_logprobs"] = self._per_rank(self.ref, "batch_logprobs", exp)
+        if self.critic is not None:
+            forwards["values"] = self._per_rank(self.critic, "batch_values", exp)
         labels = [p.label for p in prompts for _ in range(cfg.n_samples_per_prompt)]
         rewards = self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
         raw = torch.tensor(rewards.rewards, dtype=torch.float32)
         scores = normalize_reward(raw, self.norm) if self.norm is not None else raw
-        exp.old_logprobs = self._logprobs(self.policy, exp)
+        for name, refs in forwards.items():
+            setattr(exp, name, torch.cat(ray.get(refs)))
         kl = None
         if self.ref is not None:
-            exp.ref_logprobs = self._logprobs(self.ref, exp)
             kl = compute_kl(exp.old_logprobs, exp.ref_logprobs, exp.action_mask, cfg.kl_estimator)
-        if self.critic is not None:
-            exp.values = self._per_rank(self.critic, "batch_values", exp)
         # every choice (estimator, KL in the rewards or not, normalisation) as --print-config shows it
         exp.advantages, exp.returns = advantages_from_config(cfg, scores, exp.action_mask, kl=kl, values=exp.values)
         exp.scores = raw
@@ -257,14 +263,11 @@ class Trainer:
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items() if k in ("accuracy", "n_timeout")})
         return exp, extra
 
-    def _logprobs(self, group: ActorGroup, exp: Experience) -> torch.Tensor:
-        return self._per_rank(group, "batch_logprobs", exp)
-
     @staticmethod
-    def _per_rank(group: ActorGroup, method: str, exp: Experience) -> torch.Tensor:
-        """`method` on one shard of the rows per rank, results concatenated in row order."""
+    def _per_rank(group: ActorGroup, method: str, exp: Experience) -> list:
+        """`method` on one shard of the rows per rank (refs; ray.get and concatenate them: row order)."""
         parts = shard(exp.input_ids.size(0), group.spec.world_size)
-        return torch.cat(group.run_sharded(method, [exp.rows(idx) for idx in parts]))
+        return [getattr(a, method).remote(exp.rows(idx)) for a, idx in zip(group.actors, parts, strict=True)]
 
     def train(self, exp: Experience) -> dict[str, float]:
         import ray

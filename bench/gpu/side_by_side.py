@@ -115,6 +115,16 @@ def wait_gpu_free(limit_mib: int = 3000, timeout: float = 60) -> int:
     return used
 
 
+def cuda_arch() -> str | None:
+    """GPU 0's compute capability ("9.0"): DeepSpeed's JIT builds (OpenRLHF's FusedAdam) cannot parse the
+    image's TORCH_CUDA_ARCH_LIST ("9.0a": ValueError: invalid literal for int() ... '0a')."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def rlrun_steps(out: Path) -> list[dict]:
     path = out / "metrics.jsonl"
     if not path.exists():
@@ -199,6 +209,8 @@ def main(argv=None) -> int:
         env = {**base_env, "RAY_TMPDIR": ray_tmp,
                "PYTHONPATH": ":".join([*pythonpath, os.environ.get("PYTHONPATH", "")])}
         env.pop("RAY_ADDRESS", None)
+        if name == "openrlhf" and cuda_arch():
+            env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
         rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline)
         rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
         results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows)}

@@ -6,6 +6,7 @@
 #   bash bench/gpu/vllm_device.sh OUT receive .gpu-carry/c00 [inputs env]   # first call (cold machine)
 #   bash bench/gpu/vllm_device.sh OUT receive .gpu-carry/c01                 # each further chunk
 #   bash bench/gpu/vllm_device.sh OUT install vllm                           # join + install, then the engine bench
+#   bash bench/gpu/vllm_device.sh OUT train                                  # the train phase, ZeRO-3 settings
 #   bash bench/gpu/vllm_device.sh OUT sbs                                    # rlrun vs OpenRLHF side by side
 #   bash bench/gpu/vllm_device.sh OUT mini                                   # 32b-rloo via site.yml + rlrun, vLLM
 #
@@ -48,6 +49,9 @@ while [ $# -gt 0 ]; do
       stage "engine bench"
       timeout 420 python3 bench/gpu/vllm_bench.py all --model $work/model --data $work/data.jsonl --out "$out/vllm" \
         --timeout 300 2>&1 | tail -30 || rc=1 ;;
+    train)
+      stage "train phase, ZeRO-3 settings"
+      timeout 300 python3 bench/gpu/train_step.py --model $work/model 2>&1 | tail -6 || rc=1 ;;
     sbs)
       stage "side by side"
       python3 bench/gpu/side_by_side.py --model $work/model --data $work/data.jsonl --out "$out/sbs" \

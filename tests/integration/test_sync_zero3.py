@@ -1,6 +1,9 @@
 """trainer.sync against real ZeRO-3 partitions on 2 gloo ranks (DeepSpeed, one spawn of two processes for
 the module): gather_zero3_params gives full tensors on every rank, and iter_zero3_buckets (one all-gather
-per bucket) equals the GatheredParameters path; parameter sizes that do not split evenly test the padding."""
+per bucket) equals the GatheredParameters path; parameter sizes that do not split evenly test the padding.
+The bucket path runs with parameters partitioned like the big ones (persistence threshold 0) and with
+persistent ones (DeepSpeed's default threshold: small parameters stay whole on every rank), before and
+after an optimizer step."""
 
 from __future__ import annotations
 
@@ -40,6 +43,9 @@ def _bucket_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17), torch.nn.Linear(17, 5))
 
 
+THRESHOLDS = (0, 100_000)
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
@@ -58,9 +64,21 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     gathered = {n: t.clone() for n, t in sync.gather_zero3_params(engine, bucket_bytes=600)}
     torch.save({"gathered": gathered, "partition_sizes": partition_sizes}, os.path.join(out_dir, f"zero3-{rank}.pt"))
 
-    with deepspeed.zero.Init(config_dict_or_path=cfg):
-        model = _bucket_model()
-    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+    for threshold in THRESHOLDS:
+        bcfg = {**cfg, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": threshold}}
+        with deepspeed.zero.Init(config_dict_or_path=bcfg):
+            model = _bucket_model()
+        engine, *_ = deepspeed.initialize(model=model, config=bcfg)
+        persistent = sorted(n for n, p in engine.module.named_parameters() if getattr(p, "ds_persist", False))
+        before = _buckets(engine)
+        torch.manual_seed(rank)
+        engine.backward(engine(torch.randn(2, 33)).square().mean())
+        engine.step()
+        torch.save({"before": before, "after": _buckets(engine), "persistent": persistent},
+                   os.path.join(out_dir, f"buckets-{threshold}-{rank}.pt"))
+
+
+def _buckets(engine) -> dict:
     out = {}
     for bucket_bytes in (300, 1 << 20):  # several buckets (weights over 300 bytes alone) / one bucket
         fast = [(b.dtype, [(m.name, m.shape, m.offset) for m in b.manifest], b.buffer.clone())
@@ -68,7 +86,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         slow = [(b.dtype, [(m.name, m.shape, m.offset) for m in b.manifest], b.buffer.clone())
                 for b in sync.iter_buckets(sync.gather_zero3_params(engine, bucket_bytes), bucket_bytes)]
         out[bucket_bytes] = {"fast": fast, "slow": slow}
-    torch.save(out, os.path.join(out_dir, f"buckets-{rank}.pt"))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +109,18 @@ def test_gather_zero3_params_gives_full_tensors_on_every_rank(ranks: Path) -> No
             assert bits_equal(got["gathered"][name], t.detach()), (rank, name)
 
 
-def test_allgather_buckets_equal_the_gathered_parameters_path(ranks: Path) -> None:
+@pytest.mark.parametrize("threshold", THRESHOLDS, ids=["partitioned", "persistent"])
+def test_allgather_buckets_equal_the_gathered_parameters_path(ranks: Path, threshold: int) -> None:
     want = {n: p.detach() for n, p in _bucket_model().named_parameters()}
     for rank in (0, 1):
-        got = torch.load(ranks / f"buckets-{rank}.pt")
-        for bucket_bytes, runs in got.items():
+        got = torch.load(ranks / f"buckets-{threshold}-{rank}.pt")
+        assert (len(got["persistent"]) == len(want)) == (threshold > 0), got["persistent"]
+        for bucket_bytes, runs in got["after"].items():  # after a step: the two paths still agree
+            assert any(not torch.equal(f[2], b[2]) for f, b in zip(runs["fast"], got["before"][bucket_bytes]["fast"],
+                                                                   strict=True)), "the step changed nothing"
+            for (fd, fm, fb), (sd, sm, sb) in zip(runs["fast"], runs["slow"], strict=True):
+                assert fd == sd and fm == sm and torch.equal(fb, sb), (rank, bucket_bytes, fm)
+        for bucket_bytes, runs in got["before"].items():
             assert len(runs["fast"]) == len(runs["slow"]) > 0
             if bucket_bytes == 300:
                 assert len(runs["fast"]) > 2

@@ -30,10 +30,18 @@ def attn_implementation(flash_attn: bool) -> str:
     return "flash_attention_2"
 
 
+#: ZeRO-3 keeps parameters up to this many elements whole on every rank (biases, norms) instead of gathering
+#: them at every module: fewer hooks per forward/backward. Weight sync reads them from their partitions
+#: like the others (tests/unit/test_sync_zero3_buckets.py covers both kinds).
+PERSISTENCE_THRESHOLD = 0
+
+
 def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
-              max_norm: float = 1.0, train: bool = True) -> dict[str, Any]:
+              max_norm: float = 1.0, train: bool = True,
+              persistence_threshold: int | None = None) -> dict[str, Any]:
     """The DeepSpeed config of one model (training or inference)."""
-    zero: dict[str, Any] = {"stage": zero_stage, "stage3_param_persistence_threshold": 0}
+    threshold = PERSISTENCE_THRESHOLD if persistence_threshold is None else persistence_threshold
+    zero: dict[str, Any] = {"stage": zero_stage, "stage3_param_persistence_threshold": threshold}
     if train and adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     return {
@@ -65,7 +73,7 @@ class ModelWorker(DistributedWorker):
                    grad_accum: int = 1, learning_rate: float | None = None, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
-                   packing_samples: bool = False) -> int:
+                   packing_samples: bool = False, persistence_threshold: int | None = None) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
         packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
         import deepspeed
@@ -78,7 +86,8 @@ class ModelWorker(DistributedWorker):
         self.packing = packing_samples
         self.attn = attn_implementation(flash_attn)
         self.dtype = torch.bfloat16 if bf16 else torch.float32
-        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train)
+        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train,
+                                persistence_threshold)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
@@ -91,8 +100,9 @@ class ModelWorker(DistributedWorker):
                 from deepspeed.ops.adam import DeepSpeedCPUAdam
 
                 optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
-            else:
-                optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
+            else:  # one fused kernel on CUDA instead of a loop over parameter groups
+                optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2,
+                                              fused=torch.cuda.is_available())
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
         if not train:
             self.engine.eval()

@@ -1,0 +1,115 @@
+"""The RL step's train phase on one rank, for DeepSpeed ZeRO-3 settings, in one run.
+
+    python3 bench/gpu/train_step.py --model M [--micro 8 --micro-batches 8 --prompt 25 --response 256]
+
+One process, one GPU (or CPU with gloo): the policy's own :class:`trainer.actors.model_worker.ModelWorker`
+(ZeRO-3, bf16 on GPUs, gradient clipping) runs ``train_policy`` on ``--micro-batches`` micro-batches of
+``--micro`` RL-shaped sequences (a prompt and a response of the given lengths, PPO loss on the response),
+one optimizer step, as the loop's train phase does for one train batch. Each variant is a fresh worker in
+a process of its own; median of ``--repeats`` steps after ``--warmup``:
+
+- ``threshold=0``: every parameter partitioned and gathered at every module (the loop's setting before);
+- ``threshold=100000``: DeepSpeed's default, small parameters (biases, norms) stay whole.
+
+Prints seconds per train phase and per micro-batch, and the ratio to the first variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(PROJECT))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_variant(args) -> dict:
+    import torch
+
+    from trainer.actors.model_worker import ModelWorker
+
+    cuda = torch.cuda.is_available()
+    worker = ModelWorker(0, 1)
+    worker.init_process_group("127.0.0.1", _free_port(), "nccl" if cuda else "gloo")
+    worker.init_model(args.model, zero_stage=3, bf16=cuda, micro_batch=args.micro, grad_accum=args.micro_batches,
+                      learning_rate=1e-6, persistence_threshold=args.threshold)
+    vocab = worker.engine.module.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    length = args.prompt + args.response
+
+    def micro() -> dict:
+        ids = torch.randint(0, vocab, (args.micro, length), generator=g)
+        mask = torch.ones(args.micro, length, dtype=torch.long)
+        act = torch.ones(args.micro, args.response)
+        return {"input_ids": ids, "attention_mask": mask, "action_mask": act,
+                "old_logprobs": -torch.rand(args.micro, args.response, generator=g) * 5,
+                "advantages": torch.randn(args.micro, args.response, generator=g)}
+
+    batches = [[micro() for _ in range(args.micro_batches)] for _ in range(args.warmup + args.repeats)]
+    times = []
+    for i, mbs in enumerate(batches):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        worker.train_policy(mbs, eps_clip=0.2, lr=1e-6)
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
+    return {"threshold": args.threshold, "train_s": statistics.median(times), "all": times, "peak_gib": peak}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--micro", type=int, default=8)
+    p.add_argument("--micro-batches", type=int, default=8)
+    p.add_argument("--prompt", type=int, default=25)
+    p.add_argument("--response", type=int, default=256)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--thresholds", default="0,100000")
+    p.add_argument("--threshold", type=int, help=argparse.SUPPRESS)  # one variant, in its own process
+    p.add_argument("--json", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.threshold is not None:
+        Path(args.json).write_text(json.dumps(run_variant(args)))
+        return 0
+    results = []
+    for threshold in (int(t) for t in args.thresholds.split(",")):
+        out = Path(f"/tmp/train_step_{threshold}.json")
+        cmd = [sys.executable, __file__, "--model", args.model, "--micro", str(args.micro), "--micro-batches",
+               str(args.micro_batches), "--prompt", str(args.prompt), "--response", str(args.response),
+               "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--threshold", str(threshold),
+               "--json", str(out)]
+        env = {**os.environ, "PYTHONPATH": f"{PROJECT}:{os.environ.get('PYTHONPATH', '')}"}
+        done = subprocess.run(cmd, env=env, cwd=PROJECT, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            print(f"threshold {threshold}: failed (exit {done.returncode})\n{(done.stdout + done.stderr)[-2000:]}")
+            continue
+        results.append(json.loads(out.read_text()))
+    print(f"train phase: {args.micro_batches} micro-batches of {args.micro} x ({args.prompt} + {args.response}) "
+          f"tokens, one optimizer step, ZeRO-3, one rank")
+    for r in results:
+        ratio = r["train_s"] / results[0]["train_s"]
+        print(f"persistence threshold {r['threshold']:>7}: {r['train_s']:.3f} s ({r['train_s'] / args.micro_batches:.3f} "
+              f"s a micro-batch), {ratio:.2f}x of the first, peak {r['peak_gib']:.1f} GiB; all {r['all']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
