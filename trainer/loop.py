@@ -113,6 +113,8 @@ class Trainer:
                           enforce_eager=cfg.enforce_eager, seed=cfg.seed,
                           # new weights always arrive before the next generate: sleeping drops the old ones
                           sleep_level=2,
+                          # a prompt and its response at most: a smaller graph capture, no oversized KV rows
+                          max_model_len=cfg.max_sequence_len,
                           # the policy's dtype: samples come from the weights that are trained
                           dtype="bfloat16" if cfg.bf16 else "float32")
         else:

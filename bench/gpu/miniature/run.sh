@@ -9,6 +9,7 @@
 #   PKG=.gpu-pkg bash bench/gpu/miniature/run.sh x1 OUT   # one GPU (nvidia-h100-x1, nvidia-h200): 1 node
 #   ROLLOUT=vllm bash bench/gpu/miniature/run.sh x1 OUT   # the same with vLLM engines (packages carried and
 #                                                         # installed by bench/gpu/carry.py: no PKG needed)
+#   ROLLOUT=vllm VLLM_TP=2 ... x4 OUT                     # 2 engines of TP 2 on the 2 x 2 GPUs
 #
 # cpu: inventory bench/gpu/miniature/inventory (nodes 127.0.0.7 / .8, 2 CPUs each), a tiny model from
 #   `python -m trainer.tiny`, placement actor 2 x 1 / reference 2 x 1 colocated. A CPU cluster has no
@@ -62,6 +63,8 @@ case $kind in
     [ -x "$venv/bin/ansible-playbook" ] || { echo "no $venv/bin/ansible-playbook: run make venv first"; exit 1; }
     export PATH=$venv/bin:$PATH
     work=/tmp/rlrun-mini8
+    cpu_hidden=64
+    [ "${ROLLOUT:-hf}" = vllm ] && { work=/tmp/rlrun-mini8-vllm; cpu_hidden=256; }
     per_node=1
     sets=(--set rollout_batch_size=4 --set micro_rollout_batch_size=4 --set train_batch_size=32
           --set micro_train_batch_size=8 --set max_samples=8 --set generate_max_len=16 --set prompt_max_len=64)
@@ -142,7 +145,8 @@ adam_pid=$!
 mkdir -p "$work"
 make_inputs() {
   if [ "$kind" = cpu ]; then
-    [ -d "$work/model" ] || "$python3_bin" -m trainer.tiny model "$work/model" --hidden-size 64 || return 1
+    # vLLM's CPU attention needs head_dim >= 32: hidden 256 / 4 heads for ROLLOUT=vllm, 64 is enough for HF
+    [ -d "$work/model" ] || "$python3_bin" -m trainer.tiny model "$work/model" --hidden-size "$cpu_hidden" || return 1
   else
     [ -d "$work/model" ] || python3 bench/gpu/model.py "$work/model" || return 1
   fi
@@ -185,9 +189,12 @@ fi
 rollout=(--set rollout_backend=hf --set vllm_num_engines=0 --set vllm_tensor_parallel_size=1
          --set vllm_enable_sleep=false --set enable_prefix_caching=false
          --set vllm_gpu_memory_utilization=0.95 --set vllm_sync_backend=nccl)
-if [ "${ROLLOUT:-hf}" = vllm ]; then
-  rollout=(--set rollout_backend=vllm --set vllm_num_engines=$per_node --set vllm_tensor_parallel_size=1
-           --set vllm_gpu_memory_utilization=0.5)
+if [ "${ROLLOUT:-hf}" = vllm ]; then  # colocation: engines x TP = the actor's ranks (nodes x per node)
+  nodes=2
+  [ "$kind" = x1 ] && nodes=1
+  tp=${VLLM_TP:-1}
+  rollout=(--set rollout_backend=vllm --set vllm_num_engines=$((nodes * per_node / tp))
+           --set vllm_tensor_parallel_size=$tp --set vllm_gpu_memory_utilization=0.5)
 fi
 job=(--preset 32b-rloo
      --set pretrain=$work/model --set prompt_data=$work/copy.jsonl --set label_key=answer
