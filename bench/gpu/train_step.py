@@ -40,6 +40,7 @@ def run_variant(args) -> dict:
     import torch
 
     from trainer.actors.model_worker import ModelWorker
+    from trainer.losses import PolicyObjective
 
     cuda = torch.cuda.is_available()
     worker = ModelWorker(0, 1)
@@ -64,7 +65,7 @@ def run_variant(args) -> dict:
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        worker.train_policy(mbs, eps_clip=0.2, lr=1e-6)
+        worker.train_policy(mbs, PolicyObjective(), lr=1e-6)
         if cuda:
             torch.cuda.synchronize()
         if i >= args.warmup:

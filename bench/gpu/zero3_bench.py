@@ -84,6 +84,7 @@ def run_trainer(args: argparse.Namespace) -> None:
 
     from trainer import sync
     from trainer.actors.model_worker import ModelWorker
+    from trainer.losses import PolicyObjective
 
     rank, world = args.rank, len(args.gpus.split(","))
     backend = "nccl" if args.cuda else "gloo"
@@ -183,7 +184,7 @@ def run_trainer(args: argparse.Namespace) -> None:
     for key, shape in jobs:
         if shape == "rl-padded":
             mb, real = rl_padded(gen, vocab, args.rl_scale)
-            step_fn = lambda mb=mb: worker.train_policy([mb])  # noqa: E731
+            step_fn = lambda mb=mb: worker.train_policy([mb], PolicyObjective())  # noqa: E731
         elif shape == "rl-packed":
             mb, real = rl_packed(gen, vocab, args.rl_scale)
             step_fn = lambda mb=mb: packed_step(worker, mb)  # noqa: E731
@@ -193,7 +194,7 @@ def run_trainer(args: argparse.Namespace) -> None:
             mb = {"input_ids": torch.randint(0, vocab, (b, t), generator=gen),
                   "attention_mask": torch.ones(b, t, dtype=torch.long), "action_mask": torch.ones(b, t - 1),
                   "old_logprobs": torch.full((b, t - 1), -12.0), "advantages": torch.randn(b, t - 1, generator=gen)}
-            step_fn = lambda mb=mb: worker.train_policy([mb])  # noqa: E731
+            step_fn = lambda mb=mb: worker.train_policy([mb], PolicyObjective())  # noqa: E731
         times = []
         try:
             for step in range(args.warmup + args.steps):
