@@ -221,10 +221,26 @@ class Trainer:
         return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
 
     def sleep_engines(self) -> int:
-        """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed."""
+        """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed. The
+        most one engine freed on a GPU is what waking it needs back (``_wake_bytes``)."""
         import ray
 
-        return sum(ray.get([engine.sleep.remote() for engine in self.engines]))
+        freed = ray.get([engine.sleep.remote() for engine in self.engines])
+        self._wake_bytes = max(freed, default=0)
+        return sum(freed)
+
+    def make_room_for_engines(self) -> bool:
+        """Before sleeping engines wake: if a GPU has less free memory than an engine needs back, the models
+        hand their allocators' cached blocks back (emptying them costs the next step its allocations, so
+        only then). Returns whether they did."""
+        import ray
+
+        groups = [g for g in (self.policy, self.ref, self.critic) if g is not None]
+        free = ray.get([ref for g in groups for ref in g.async_run("device_free")])
+        if not needs_room(free, getattr(self, "_wake_bytes", 0)):
+            return False
+        ray.get([ref for g in groups for ref in g.async_run("empty_cache")])
+        return True
 
     def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
         import ray
@@ -355,10 +371,8 @@ class Trainer:
             blob = to_safetensors_bytes(self.policy.run("full_state")[0])
             ray.get([engine.update_weights.remote(blob) for engine in self.engines])
             return len(blob)
-        if self._sleeps:  # the weights' memory back (contents undefined until the push below), into the room
-            # the models' allocators cached while training
-            groups = [g for g in (self.policy, self.ref, self.critic) if g is not None]
-            ray.get([ref for g in groups for ref in g.async_run("empty_cache")])
+        if self._sleeps:  # the weights' memory back (contents undefined until the push below)
+            self.make_room_for_engines()
             ray.get([engine.wake_up.remote(tags=["weights"]) for engine in self.engines])
         bucket_bytes = self.cfg.sync_bucket_bytes
         if self.sync_backend == "shared":
@@ -431,6 +445,17 @@ class Trainer:
         close = getattr(self.reward, "close", None)
         if close:
             close()
+
+
+#: Free memory a GPU must have beyond what a waking engine takes back (fragmentation, the CUDA graphs' pool).
+WAKE_MARGIN = 1.1
+
+
+def needs_room(free_bytes: list[int], wake_bytes: int) -> bool:
+    """Whether any GPU (each model rank's view of its device) has less free memory than an engine needs to
+    wake (the bytes its sleep freed, with :data:`WAKE_MARGIN`). Without GPUs (free 0 everywhere, nothing to
+    wake) there is nothing to make room for."""
+    return wake_bytes > 0 and bool(free_bytes) and min(free_bytes) < WAKE_MARGIN * wake_bytes
 
 
 def _mean_of(results: list[dict[str, float]]) -> dict[str, float]:

@@ -107,3 +107,17 @@ def test_the_loop_builds_its_groups_from_the_plan(odd_plan, monkeypatch):
     loop.Trainer._group(fake, object, p.group("reference"))
     assert [(s.name, s.num_nodes, s.gpus_per_node, pg) for s, pg in built] == [
         ("policy", 2, 3, None), ("reference", 2, 4, None)]
+
+
+def test_models_empty_their_caches_only_when_an_engine_would_not_fit():
+    """The loop's rule before a sleeping engine wakes (trainer.loop.needs_room): emptying the allocators'
+    caches costs the next step its allocations, so only when a GPU lacks the room the engine freed."""
+    from trainer.loop import WAKE_MARGIN, needs_room
+
+    gib = 2**30
+    assert not needs_room([60 * gib, 55 * gib], wake_bytes=40 * gib)  # room on every GPU
+    assert needs_room([60 * gib, 41 * gib], wake_bytes=40 * gib)  # one GPU short of the margin
+    assert needs_room([int(WAKE_MARGIN * 40 * gib) - 1], wake_bytes=40 * gib)
+    assert not needs_room([int(WAKE_MARGIN * 40 * gib)], wake_bytes=40 * gib)
+    assert not needs_room([0, 0], wake_bytes=0)  # no GPUs, nothing asleep
+    assert not needs_room([], wake_bytes=40 * gib)

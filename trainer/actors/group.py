@@ -148,6 +148,13 @@ class DistributedWorker:
     def ping(self) -> int:
         return self.rank
 
+    def device_free(self) -> int:
+        """Free bytes on this rank's GPU as the driver reports them (all processes' use counted; 0 without
+        CUDA)."""
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else 0
+
     def empty_cache(self) -> int:
         """Hand the allocator's cached, unused device memory back (a colocated engine is about to wake up
         into it); returns the bytes released (0 without CUDA)."""
