@@ -60,15 +60,26 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 site=${1:?usage: install.sh SITE}
 mkdir -p "$site"
-pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$@"; }
+# pip --target skips a top-level dir that already exists (bin/ after the first install: ansible-playbook
+# went missing that way), and --upgrade would replace bin/ whole; so each install goes to a fresh dir that is
+# then merged file by file into SITE.
+pipi() {
+  local stage; stage=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage" "$@" || return 1
+  cp -a "$stage"/. "$site"/ && rm -rf "$stage"
+}
 tar -xJf "$here/ray312.tar.xz" -C "$site"
 pipi "$here"/*.whl "$here"/extra/*.whl
-DS_BUILD_OPS=0 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
-  --target "$site" "$here"/deepspeed-*.tar.gz
+DS_BUILD_OPS=0 pipi --no-build-isolation "$here"/deepspeed-*.tar.gz
 tar -xJf "$here/vllm/vllm026.tar.xz" -C "$site"
-pipi --upgrade "$here"/vllm/*.whl
+pipi "$here"/vllm/*.whl
 tar -xJf "$here/openrlhf/openrlhf.tar.xz" -C "$site"
-pipi "$here"/openrlhf/*.whl "$here"/openrlhf/*.tar.gz 2>/dev/null || pipi "$here"/openrlhf/*.whl
+pipi "$here"/openrlhf/*.whl
+for exe in ansible-playbook ansible-galaxy; do  # the miniature stage runs site.yml with them
+  [ -x "$site/bin/$exe" ] || { echo "install.sh: $site/bin/$exe missing after install" >&2; exit 1; }
+done
+PYTHONPATH=$site python3 -c "import vllm, ray, deepspeed, openrlhf, pylatexenc, datasets, flask" ||
+  { echo "install.sh: a carried package does not import (above)" >&2; exit 1; }
 touch "$site/.installed"  # bench/gpu/miniature/run.sh and device.sh skip their own install with it
 EOF
 chmod +x "$dir/install.sh"

@@ -51,7 +51,8 @@ while [ $# -gt 0 ]; do
         --timeout 300 2>&1 | tail -30 || rc=1 ;;
     train)
       stage "train phase, ZeRO-3 settings"
-      timeout 300 python3 bench/gpu/train_step.py --model $work/model 2>&1 | tail -6 || rc=1 ;;
+      timeout 300 python3 bench/gpu/train_step.py --model $work/model \
+        --thresholds "${TRAIN_THRESHOLDS:-0,100000,1000000000000000}" 2>&1 | tail -6 || rc=1 ;;
     sbs)
       stage "side by side"
       python3 bench/gpu/side_by_side.py --model $work/model --data $work/data.jsonl --out "$out/sbs" \
