@@ -11,6 +11,10 @@ a process of its own; median of ``--repeats`` steps after ``--warmup``:
 - ``threshold=0``: every parameter partitioned and gathered at every module (the loop's setting before);
 - ``threshold=100000``: DeepSpeed's default, small parameters (biases, norms) stay whole.
 
+``--variants`` names them as ``zSTAGE[/PERSISTENCE[/GRANULARITY]]``: ``z3/100000/2000000`` adds
+``stage3_module_granularity_threshold`` (modules below it are fetched as one unit, one hook instead of one
+per child), ``z2`` and ``z0`` are ZeRO-2 and a plain DeepSpeed step (no partitioning) for comparison.
+
 Prints seconds per train phase and per micro-batch, and the ratio to the first variant.
 """
 
@@ -36,6 +40,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def parse_variant(text: str) -> tuple[int, int, int]:
+    """``z3/100000/0`` -> (3, 100000, 0); a clear error for anything else."""
+    parts = text.split("/")
+    try:
+        if not parts[0].startswith("z") or len(parts) > 3:
+            raise ValueError
+        stage, *rest = int(parts[0][1:]), *(int(float(x)) for x in parts[1:])
+    except ValueError:
+        raise SystemExit(f"--variants: {text!r} is not zSTAGE[/PERSISTENCE[/GRANULARITY]] (e.g. z3/100000/0)") from None
+    if stage not in (0, 1, 2, 3):
+        raise SystemExit(f"--variants: {text!r}: ZeRO stage {stage} is not 0-3")
+    rest += [100_000, 0][len(rest):]
+    return stage, rest[0], rest[1]
+
+
 def run_variant(args) -> dict:
     import torch
 
@@ -45,8 +64,10 @@ def run_variant(args) -> dict:
     cuda = torch.cuda.is_available()
     worker = ModelWorker(0, 1)
     worker.init_process_group("127.0.0.1", _free_port(), "nccl" if cuda else "gloo")
-    worker.init_model(args.model, zero_stage=3, bf16=cuda, micro_batch=args.micro, grad_accum=args.micro_batches,
-                      learning_rate=1e-6, persistence_threshold=args.threshold)
+    stage, threshold, granularity = parse_variant(args.variant)
+    worker.init_model(args.model, zero_stage=stage, bf16=cuda, micro_batch=args.micro,
+                      grad_accum=args.micro_batches, learning_rate=1e-6, persistence_threshold=threshold,
+                      granularity_threshold=granularity)
     vocab = worker.engine.module.config.vocab_size
     g = torch.Generator().manual_seed(0)
     length = args.prompt + args.response
@@ -71,7 +92,7 @@ def run_variant(args) -> dict:
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
-    return {"threshold": args.threshold, "train_s": statistics.median(times), "all": times, "peak_gib": peak}
+    return {"variant": args.variant, "train_s": statistics.median(times), "all": times, "peak_gib": peak}
 
 
 def main(argv=None) -> int:
@@ -83,31 +104,34 @@ def main(argv=None) -> int:
     p.add_argument("--response", type=int, default=256)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--thresholds", default="0,100000")
-    p.add_argument("--threshold", type=int, help=argparse.SUPPRESS)  # one variant, in its own process
+    p.add_argument("--variants", default="z3/0,z3/100000", help="zSTAGE[/PERSISTENCE[/GRANULARITY]],...")
+    p.add_argument("--variant", help=argparse.SUPPRESS)  # one variant, in its own process
     p.add_argument("--json", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.threshold is not None:
+    if args.variant is not None:
         Path(args.json).write_text(json.dumps(run_variant(args)))
         return 0
     results = []
-    for threshold in (int(t) for t in args.thresholds.split(",")):
-        out = Path(f"/tmp/train_step_{threshold}.json")
+    variants = args.variants.split(",")
+    for v in variants:
+        parse_variant(v)  # every name checked before the first run
+    for variant in variants:
+        out = Path(f"/tmp/train_step_{variant.replace('/', '_')}.json")
         cmd = [sys.executable, __file__, "--model", args.model, "--micro", str(args.micro), "--micro-batches",
                str(args.micro_batches), "--prompt", str(args.prompt), "--response", str(args.response),
-               "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--threshold", str(threshold),
+               "--warmup", str(args.warmup), "--repeats", str(args.repeats), "--variant", variant,
                "--json", str(out)]
         env = {**os.environ, "PYTHONPATH": f"{PROJECT}:{os.environ.get('PYTHONPATH', '')}"}
         done = subprocess.run(cmd, env=env, cwd=PROJECT, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            print(f"threshold {threshold}: failed (exit {done.returncode})\n{(done.stdout + done.stderr)[-2000:]}")
+            print(f"{variant}: failed (exit {done.returncode})\n{(done.stdout + done.stderr)[-2000:]}")
             continue
         results.append(json.loads(out.read_text()))
     print(f"train phase: {args.micro_batches} micro-batches of {args.micro} x ({args.prompt} + {args.response}) "
-          f"tokens, one optimizer step, ZeRO-3, one rank")
+          f"tokens, one optimizer step, one rank")
     for r in results:
         ratio = r["train_s"] / results[0]["train_s"]
-        print(f"persistence threshold {r['threshold']:>7}: {r['train_s']:.3f} s ({r['train_s'] / args.micro_batches:.3f} "
+        print(f"{r['variant']:>20}: {r['train_s']:.3f} s ({r['train_s'] / args.micro_batches:.3f} "
               f"s a micro-batch), {ratio:.2f}x of the first, peak {r['peak_gib']:.1f} GiB; all {r['all']}")
     return 0
 

@@ -52,7 +52,7 @@ while [ $# -gt 0 ]; do
     train)
       stage "train phase, ZeRO-3 settings"
       timeout 300 python3 bench/gpu/train_step.py --model $work/model \
-        --thresholds "${TRAIN_THRESHOLDS:-0,100000,1000000000000000}" 2>&1 | tail -6 || rc=1 ;;
+        --variants "${TRAIN_VARIANTS:-z3/0,z3/100000}" 2>&1 | tail -6 || rc=1 ;;
     sbs)
       stage "side by side"
       python3 bench/gpu/side_by_side.py --model $work/model --data $work/data.jsonl --out "$out/sbs" \

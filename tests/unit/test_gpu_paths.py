@@ -119,3 +119,19 @@ def test_flash_attn_is_refused_clearly_without_cuda_and_sdpa_is_the_default():
     assert attn_implementation(False) == "sdpa"
     with pytest.raises(RuntimeError, match="--flash_attn needs CUDA GPUs"):
         attn_implementation(True)
+
+
+def test_zero3_fetches_small_modules_whole_on_cuda_only():
+    """The module-granularity setting (one fetch per decoder layer of a small model) is on for ZeRO-3 on CUDA,
+    off on CPU (DeepSpeed's leaf-module path calls record_stream on gradients, which CPU tensors lack) and
+    for other stages, and an explicit value wins."""
+    from trainer.actors.model_worker import GRANULARITY_THRESHOLD, PERSISTENCE_THRESHOLD, ds_config
+
+    key = "stage3_module_granularity_threshold"
+    on_gpu = ds_config(3, True, 8, 8, cuda=True)["zero_optimization"]
+    assert on_gpu[key] == GRANULARITY_THRESHOLD > 0
+    assert on_gpu["stage3_param_persistence_threshold"] == PERSISTENCE_THRESHOLD
+    assert key not in ds_config(3, False, 8, 8, cuda=False)["zero_optimization"]
+    assert key not in ds_config(2, True, 8, 8, cuda=True)["zero_optimization"]
+    assert key not in ds_config(3, True, 8, 8, cuda=True, granularity_threshold=0)["zero_optimization"]
+    assert ds_config(3, True, 8, 8, cuda=False, granularity_threshold=7)["zero_optimization"][key] == 7

@@ -36,12 +36,28 @@ def attn_implementation(flash_attn: bool) -> str:
 PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed's default; 0.74x the train phase of threshold 0 on one H100
 
 
+#: ZeRO-3 fetches a module whose parameters per descendant are below this as one unit: one hook for a whole
+#: decoder layer of a small model instead of one per projection and norm. The train phase of the 0.5B shape
+#: on one H100: 4.41 -> 1.68 s (bench/gpu/train_step.py, docs/benchmarks.md). Modules of large models are
+#: far above it and keep their hooks. CUDA only: DeepSpeed 0.19.8's leaf-module path calls record_stream
+#: on gradients, which CPU tensors do not have.
+GRANULARITY_THRESHOLD = 5_000_000
+
+
 def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
               max_norm: float = 1.0, train: bool = True,
-              persistence_threshold: int | None = None) -> dict[str, Any]:
-    """The DeepSpeed config of one model (training or inference)."""
+              persistence_threshold: int | None = None, granularity_threshold: int | None = None,
+              cuda: bool | None = None) -> dict[str, Any]:
+    """The DeepSpeed config of one model (training or inference). granularity_threshold: ZeRO-3 fetches
+    modules of fewer parameters per descendant than this as one unit (one hook instead of one per child);
+    None = GRANULARITY_THRESHOLD on CUDA, 0 (off) on CPU."""
     threshold = PERSISTENCE_THRESHOLD if persistence_threshold is None else persistence_threshold
+    if granularity_threshold is None:
+        cuda = torch.cuda.is_available() if cuda is None else cuda
+        granularity_threshold = GRANULARITY_THRESHOLD if cuda and zero_stage == 3 else 0
     zero: dict[str, Any] = {"stage": zero_stage, "stage3_param_persistence_threshold": threshold}
+    if granularity_threshold:
+        zero["stage3_module_granularity_threshold"] = granularity_threshold
     if train and adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
     return {
@@ -73,7 +89,8 @@ class ModelWorker(DistributedWorker):
                    grad_accum: int = 1, learning_rate: float | None = None, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
-                   packing_samples: bool = False, persistence_threshold: int | None = None) -> int:
+                   packing_samples: bool = False, persistence_threshold: int | None = None,
+                   granularity_threshold: int | None = None) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
         packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
         import deepspeed
@@ -87,7 +104,7 @@ class ModelWorker(DistributedWorker):
         self.attn = attn_implementation(flash_attn)
         self.dtype = torch.bfloat16 if bf16 else torch.float32
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train,
-                                persistence_threshold)
+                                persistence_threshold, granularity_threshold)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
