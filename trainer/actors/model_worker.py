@@ -32,7 +32,7 @@ def attn_implementation(flash_attn: bool) -> str:
 
 #: ZeRO-3 keeps parameters up to this many elements whole on every rank (biases, norms) instead of gathering
 #: them at every module: fewer hooks per forward/backward. Weight sync reads them from their partitions
-#: like the others (tests/unit/test_sync_zero3_buckets.py covers both kinds).
+#: like the others (tests/integration/test_sync_zero3.py covers both kinds).
 PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed's default; 0.74x the train phase of threshold 0 on one H100
 
 
