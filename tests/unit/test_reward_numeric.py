@@ -36,6 +36,9 @@ def _expr(rng: random.Random, depth: int = 0) -> str:
         f"\\frac{rng.randint(1, 9)}{rng.randint(1, 9)}", f"\\sqrt{{{a}}}", f"{rng.randint(2, 9)}\\sqrt{{{a}}}",
         f"\\sqrt[3]{{{a}}}", f"({a})^2", f"{rng.choice(VARIABLES)}^{{{rng.randint(2, 4)}}}", f"-{a}",
         f"{rng.randint(2, 9)}({a})", f"{rng.choice(VARIABLES)}({a}+{b})", f"\\left({a}\\right)\\left({b}\\right)",
+        f"{rng.randint(1, 99)}\\frac{{{rng.randint(1, 9)}}}{{{rng.randint(2, 9)}}}",  # a mixed number
+        f"{rng.choice(VARIABLES)}^{rng.randint(10, 99)}", f"2^{rng.randint(2, 19)}",  # unbraced exponents
+        f"\\frac{rng.randint(100, 999)}", f"\\sqrt{rng.randint(10, 99)}", f"\\sqrt{rng.randint(2, 9)}{rng.choice(VARIABLES)}",
     ])  # fmt: skip
 
 
@@ -100,7 +103,8 @@ def test_evaluate(text: str, value: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", [r"1/2x", r"e^2", r"2i", r"\sin x", r"x \% ", r"\{1,2\}", r"\infty", r"10^{100}", r"\frac{1}{0}", "1,000"]
+    "text", [r"1/2x", r"e^2", r"2i", r"\sin x", r"x \% ", r"\{1,2\}", r"\infty", r"10^{100}", r"\frac{1}{0}", "1,000",
+             r"918\frac{1}{2}", r"x^23", r"2^10", r"\frac123", r"\sqrt23"]
 )
 def test_evaluate_leaves_the_rest_to_math_verify(text: str) -> None:
     assert evaluate(text) is None

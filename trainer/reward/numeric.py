@@ -50,6 +50,7 @@ _IGNORED = frozenset({"\\left", "\\right", "\\,", "\\;", "\\:", "\\!", "\\ ", "\
 _FRACS = frozenset({"\\frac", "\\dfrac", "\\tfrac", "\\cfrac"})
 _TIMES = frozenset({"*", "\\cdot", "\\times"})
 _NOT_VARIABLES = frozenset("eiEI")  # Euler's number / the imaginary unit in math-verify: left to it
+_MIXED_NUMBER = re.compile(r"\d\s*\\[dtc]?frac")
 _MAX_TOKENS = 400
 _MAX_EXPONENT = 64.0
 
@@ -65,6 +66,8 @@ class _Unsupported(Exception):
 
 class _Parser:
     def __init__(self, text: str) -> None:
+        if _MIXED_NUMBER.search(text):
+            raise _Unsupported  # 918\frac{1}{2}: math-verify reads a mixed number, 918 + 1/2
         tokens = [t for t in _TOKEN.findall(text) if t not in _IGNORED]
         if len(tokens) > _MAX_TOKENS:
             raise _Unsupported
@@ -85,17 +88,12 @@ class _Parser:
         if self.take() != token:
             raise _Unsupported
 
-    def digit(self) -> complex:
-        """One digit of a number token (``\\frac12``, ``x^23``: LaTeX reads single characters)."""
-        token = self.take()
-        if not token.isdigit():
-            raise _Unsupported
-        if len(token) > 1:
-            self.tokens[self.pos - 1 : self.pos] = [token[0], token[1:]]
-        return complex(int(token[0]))
-
     def argument(self) -> complex:
-        """A command argument: ``{expr}`` or a single digit / letter."""
+        """A command argument: ``{expr}``, one digit or one letter.
+
+        Unbraced digit strings are read differently by different parsers (math-verify:
+        ``x^23`` is x^23, ``\\frac123`` is 1/23, ``\\sqrt23`` is 3 sqrt 2): left to it.
+        """
         if self.peek() == "{":
             self.take()
             value = self.expr()
@@ -103,7 +101,10 @@ class _Parser:
             return value
         token = self.peek()
         if token is not None and token[0].isdigit():
-            return self.digit()
+            if not token.isdigit() or len(token) > 1:
+                raise _Unsupported
+            self.take()
+            return complex(int(token))
         return self.atom()
 
     def expr(self) -> complex:
@@ -162,8 +163,13 @@ class _Parser:
             self.expect(")" if token == "(" else "}")
             return value
         if token in _FRACS:
-            numerator = self.argument()
-            denominator = self.argument()
+            short = self.peek()
+            if short is not None and short.isdigit() and len(short) == 2:  # \frac12: 1/2 for every parser
+                self.take()
+                numerator, denominator = complex(int(short[0])), complex(int(short[1]))
+            else:
+                numerator = self.argument()
+                denominator = self.argument()
             if denominator == 0:
                 raise _Unsupported
             return numerator / denominator
