@@ -48,6 +48,7 @@ _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD_BYTES = 64 * 1024
 _RECV = 256 * 1024
 _WRITE_TIMEOUT = 30.0
+_ACCEPT_BURST = 128
 
 
 @dataclass(frozen=True)
@@ -190,10 +191,17 @@ class ReadFirstWorker(ThreadWorker):
     # ------------------------------------------------------------ event loop side
 
     def accept(self, listener: socket.socket) -> None:
-        try:
-            client_sock, client_addr = listener.accept()
-        except OSError:
-            return  # EAGAIN / ECONNABORTED: another worker took it, or the client left
+        """Take every connection waiting on the listener (a burst must not overflow its queue)."""
+        for _ in range(_ACCEPT_BURST):
+            if self.nr_conns >= self.worker_connections:
+                return
+            try:
+                client_sock, client_addr = listener.accept()
+            except OSError:
+                return  # EAGAIN / ECONNABORTED: none left, another worker took it, or the client left
+            self._accepted(listener, client_sock, client_addr)
+
+    def _accepted(self, listener: socket.socket, client_sock: socket.socket, client_addr: Any) -> None:
         self.nr_conns += 1
         client_sock.setblocking(False)
         sock: socket.socket = client_sock
