@@ -21,10 +21,10 @@ LIMIT = 90  # seconds a command may take here at most (import time on a loaded 2
 class HungServer:
     """Accepts every connection and keeps it open, reading nothing and answering nothing."""
 
-    def __init__(self):
+    def __init__(self, port: int):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
         self.conns: list[socket.socket] = []
@@ -50,12 +50,21 @@ class HungServer:
 
 @pytest.fixture(scope="module")
 def hung(tmp_path_factory):
-    server = HungServer()  # the dashboard (base + 1)
-    base = server.port - 1
-    reward = HungServer()  # the reward service: a second hung port, clear of the cluster's other ports
-    while base <= reward.port <= base + 400:
-        reward.close()
-        reward = HungServer()
+    # Fixed ports below the kernel's ephemeral range (the cluster contract refuses ports inside it): the
+    # dashboard at base + 1, the reward service at base + 450, clear of the layout's base .. base + 399.
+    for base in range(23000, 31000, 500):
+        try:
+            server = HungServer(base + 1)
+        except OSError:
+            continue
+        try:
+            reward = HungServer(base + 450)
+        except OSError:
+            server.close()
+            continue
+        break
+    else:
+        pytest.fail("no free pair of ports for the hung head in 23001-30951")
     root = tmp_path_factory.mktemp("hung")
     inv = write_inventory(root, "hung", "127.0.0.1", base,
                           group_vars={"cluster__token": "ab" * 32, "cluster__reward_port": reward.port})
