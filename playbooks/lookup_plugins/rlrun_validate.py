@@ -29,9 +29,13 @@ class LookupModule(LookupBase):
         from rlrun.validate import validate_inventory
 
         sources = [s for s in (variables or {}).get("ansible_inventory_sources", []) if Path(s).exists()]
+        # Several sources (molecule adds its own, which only says how to reach the hosts): the ones that
+        # declare the cluster's groups are the cluster's inventory; with none, all of them, so a groupless
+        # inventory is told what it lacks.
+        cluster = [s for s in sources if _declares_cluster(s)]
         problems = []
         try:
-            for source in sources:
+            for source in cluster or sources:
                 problems += [str(p) for p in validate_inventory(source).problems]
         except RlrunError as exc:
             problems.append(str(exc))
@@ -40,3 +44,17 @@ class LookupModule(LookupBase):
             raise AnsibleError(f"the inventory has {n} problem{'s' if n != 1 else ''}; nothing was done on any "
                                "host:\n" + "\n".join(f"- {p}" for p in problems))
         return ["localhost"]
+
+
+def _declares_cluster(source: str) -> bool:
+    """Whether the inventory source declares one of the groups rlrun reads (an unreadable one counts: its
+    validation says what is wrong with it)."""
+    from rlrun.errors import RlrunError
+    from rlrun.inventory_view import read
+    from rlrun.validate import GROUPS
+
+    try:
+        groups = read(source).groups
+    except (RlrunError, OSError, ValueError):
+        return True
+    return any(g in groups for g in GROUPS)

@@ -86,3 +86,17 @@ def test_shipped_inventories_pass_without_facts_or_connections(project, inventor
     paths: the validate play (no facts, no host touched; the seed's hosts do not exist) passes."""
     result = playbook(project / inventory, "playbooks/validate.yml", timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_second_groupless_source_is_not_the_cluster_inventory(tmp_path):
+    """Molecule passes its own inventory (hosts and how to reach them, no groups) next to the scenario's:
+    the sources that declare the cluster's groups are checked, the other one does not count as a second,
+    empty cluster. Alone, a groupless inventory is refused for what it lacks."""
+    inv = write_inventory(tmp_path, "val", "127.0.0.9", 9300)
+    connection_only = tmp_path / "molecule_inventory.yml"
+    connection_only.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
+    both = playbook(inv, "playbooks/validate.yml", "-i", str(connection_only), timeout=120)
+    assert both.returncode == 0, both.stdout[-3000:]
+    alone = playbook(connection_only, "playbooks/validate.yml", timeout=120)
+    out = " ".join((alone.stdout + alone.stderr).split())
+    assert alone.returncode != 0 and "group ray_head = []: must hold exactly one host" in out, out[-2000:]
