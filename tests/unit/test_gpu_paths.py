@@ -135,3 +135,55 @@ def test_zero3_fetches_small_modules_whole_on_cuda_only():
     assert key not in ds_config(2, True, 8, 8, cuda=True)["zero_optimization"]
     assert key not in ds_config(3, True, 8, 8, cuda=True, granularity_threshold=0)["zero_optimization"]
     assert ds_config(3, True, 8, 8, cuda=False, granularity_threshold=7)["zero_optimization"][key] == 7
+
+
+def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_model():
+    """trainer's count of the model's granularity equals DeepSpeed's own (its ZeRO-3 offload's recursive
+    count run on the same modules); the granularity setting stays where it makes the whole model one unit
+    and is dropped where it would only make inner modules units."""
+    import sys
+
+    from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
+
+    from trainer.actors.model_worker import (
+        GRANULARITY_THRESHOLD,
+        ds_config,
+        fetch_whole_if_small,
+        top_granularity,
+    )
+    from trainer.tiny import make_model
+
+    class Tower(torch.nn.Module):  # a container inside, a parameter-free child, a module of its own parameters
+        def __init__(self, width: int, depth: int):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, width)
+            self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(),
+                                                                  torch.nn.LayerNorm(width)) for _ in range(depth))
+            self.scale = torch.nn.Parameter(torch.ones(width))
+
+    def deepspeeds(model: torch.nn.Module) -> int:
+        for p in model.parameters():
+            p.ds_numel = p.numel()
+        probe = SimpleNamespace(min_granularity_value=sys.maxsize, min_granularity_layer=None, granularity_info=set())
+        probe._get_granularity_recursively = lambda m: DeepSpeedZeRoOffload._get_granularity_recursively(probe, m)
+        probe._get_granularity_recursively(model)
+        return model.ds_model_granularity
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        make_model(d, hidden_size=64, num_layers=2, num_heads=4)
+        from transformers import AutoModelForCausalLM
+
+        tiny = AutoModelForCausalLM.from_pretrained(d)
+    for model in (Tower(16, 3), Tower(300, 2), tiny, torch.nn.Linear(4, 4)):
+        assert top_granularity(model) == deepspeeds(model), type(model).__name__
+
+    small = ds_config(3, True, 8, 8, cuda=True)
+    assert fetch_whole_if_small(Tower(16, 3), small)
+    assert small["zero_optimization"]["stage3_module_granularity_threshold"] == GRANULARITY_THRESHOLD
+    wide = Tower(5000, 2)  # 5000 x 5000 linears: the whole model is above the threshold
+    assert top_granularity(wide) > GRANULARITY_THRESHOLD
+    large = ds_config(3, True, 8, 8, cuda=True)
+    assert not fetch_whole_if_small(wide, large)
+    assert "stage3_module_granularity_threshold" not in large["zero_optimization"]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from trainer.actors.group import DistributedWorker
-from trainer.actors.model_worker import attn_implementation, ds_config, to_device
+from trainer.actors.model_worker import attn_implementation, ds_config, fetch_whole_if_small, to_device
 from trainer.losses import value_loss
 from trainer.packing import pack, unpack
 
@@ -67,6 +67,7 @@ class CriticWorker(DistributedWorker):
         model = ValueModel(backbone, hidden)
         if bf16:
             model.value_head.to(torch.bfloat16)
+        fetch_whole_if_small(model, self.config)
         params = [p for p in model.parameters() if p.requires_grad]
         if adam_offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
