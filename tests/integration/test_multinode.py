@@ -148,8 +148,9 @@ def test_preflight_passes_before_bringup_and_leaves_nothing(lab, inv_a):
     check = rlrun(inv_a, "check", timeout=600)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
     found = re.search(r"no problems on 3 hosts \(head, worker1, worker2\); (\d+) probes", check.stdout)
-    # Each host reaches the other two hosts' ports (8 on a worker, 12 on the head).
-    assert found and int(found.group(1)) == 2 * (12 + 8) + 2 * 8, check.stdout
+    # Each host reaches the other two hosts' ports: on a worker 10 (its fixed ports and the ends of the worker
+    # and rendezvous ranges), on the head 16 (the same, the head's ports and its two metrics ports).
+    assert found and int(found.group(1)) == 2 * (16 + 10) + 2 * 10, check.stdout
     # Its temporary listeners are gone again; nothing else of it runs.
     assert _only_sshd_left(lab) == {h: [] for h in lab.hosts}
 
