@@ -74,8 +74,12 @@ def odd_plan(monkeypatch):
         policy = dataclasses.replace(p.groups[0], gpus_per_node=3)
         return dataclasses.replace(p, groups=(policy, *p.groups[1:]))
 
-    monkeypatch.setattr(placement, "plan", odd)
-    monkeypatch.setattr(jobcheck, "plan", odd)
+    import trainer.loop as loop
+
+    # Every module that imported the name: the loop imported before this fixture ran (any earlier test's
+    # import) holds the real function otherwise.
+    for module in (placement, jobcheck, loop):
+        monkeypatch.setattr(module, "plan", odd)
     return odd
 
 
