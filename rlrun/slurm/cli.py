@@ -216,7 +216,8 @@ def logs(obj, job_id, job_root, follow):
 @click.option("--timeout", type=float, default=120, show_default=True, help="Seconds --wait waits.")
 @click.pass_obj
 def cancel(obj, job_id, wait, timeout):
-    """scancel the job: every step stops its own processes and removes its temp dirs (never `ray stop`)."""
+    """scancel the job: every step ends its own processes by PID and removes its temp dirs (never Ray's
+    host-wide stop command, which would end other jobs' Ray on shared nodes)."""
     from rlrun.slurm import control
 
     job_id = control.check_job_id(job_id)

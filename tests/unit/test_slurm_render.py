@@ -41,8 +41,8 @@ def test_the_script_starts_the_roles_ray_command_with_the_jobs_values():
     assert '--address "${HEAD_IP}:${PORT_GCS}"' in worker and "--head" not in worker
     assert "SUBMIT_ARGS=(--preset tiny-rloo)" in text
     assert "RAY_AUTH_MODE='token'" in text and "RAY_AUTH_TOKEN_PATH='${STATE_DIR}/auth_token'" in text
-    # Never a host-wide `ray stop` (other jobs' Ray on shared nodes): no line runs it.
-    assert not [line for line in text.splitlines() if re.search(r"^\s*[^#\s].*\bray stop\b", line)]
+    # Never Ray's host-wide stop command (other jobs' Ray on shared nodes): no line runs it.
+    assert not [line for line in text.splitlines() if re.search(r"^\s*[^#\s].*\bray\s+stop\b", line)]
 
 
 def test_the_amd_script_sets_the_accel_env_roles_rocm_and_rccl_variables(tmp_path):
