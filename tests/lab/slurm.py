@@ -48,6 +48,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if __package__:
+    from tests.lab.netns import _alive, netns_pids
+else:  # run as a script (python tests/lab/slurm.py): its own directory is on the path
+    from netns import _alive, netns_pids
+
 TOOLS = ("ip", "nsenter", "unshare", "setpriv", "munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue",
          "scontrol", "scancel", "sinfo")
 
@@ -64,19 +69,6 @@ def _run(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProce
     return proc
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -91,11 +83,6 @@ def _netns_names() -> list[str]:
 
 def _link_names() -> list[str]:
     return [link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]).stdout or "[]")]
-
-
-def netns_pids(netns: str) -> list[int]:
-    proc = _run(["ip", "netns", "pids", netns], check=False)
-    return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
 
 
 def end_pids(pids: list[int], grace: float = 10.0) -> list[int]:
