@@ -199,6 +199,8 @@ def model_and_data(cfg: TrainerConfig) -> list[tuple[str, str, bool]]:
     if cfg.needs_critic and cfg.critic_pretrain and cfg.critic_pretrain != cfg.pretrain:
         out.append(("critic_pretrain", cfg.critic_pretrain, True))
     out.append(("prompt_data", cfg.prompt_data or "", False))
+    if cfg.sft_warmup_steps and cfg.sft_data:
+        out.append(("sft_data", cfg.sft_data, False))
     return out
 
 
@@ -209,7 +211,7 @@ def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
         kind = classify(value, workdir)
         if kind == "absolute":
             (every if on_every else head).append(value)
-        elif kind == "hub" and flag != "prompt_data":
+        elif kind == "hub" and flag not in ("prompt_data", "sft_data"):
             hub.append(value)
     request = {"paths": every, "head_paths": head, "hub_ids": hub, "reward_urls": list(cfg.remote_rm_url)}
     if getattr(cfg, "retriever_url", None):  # the trainer's --retriever_url (multi-turn search rollouts)

@@ -163,11 +163,14 @@ class Trainer:
         from trainer.data import load_prompts
 
         cfg, tok = self.cfg, self.tokenizer
-        data, stats = load_prompts(cfg.prompt_data, input_key=cfg.input_key, label_key=cfg.sft_output_key,
-                                   apply_chat_template=cfg.apply_chat_template, input_template=cfg.input_template,
-                                   max_samples=cfg.max_samples, prompt_max_len=cfg.prompt_max_len, tokenizer=tok,
-                                   require_labels=True)
-        print(f"warm-up data ({cfg.sft_output_key!r} as targets): {stats.as_dict()}", flush=True)
+        # Own warm-up data (--sft_data) is read whole: --max_samples caps the RL prompts.
+        data, stats = load_prompts(cfg.sft_data or cfg.prompt_data, input_key=cfg.input_key,
+                                   label_key=cfg.sft_output_key, apply_chat_template=cfg.apply_chat_template,
+                                   input_template=cfg.input_template,
+                                   max_samples=None if cfg.sft_data else cfg.max_samples,
+                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True)
+        print(f"warm-up data ({cfg.sft_data or cfg.prompt_data}, {cfg.sft_output_key!r} as targets): "
+              f"{stats.as_dict()}", flush=True)
         eos = tok.eos_token_id
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos
         prompt_ids = [tok(p.text, add_special_tokens=False)["input_ids"] for p in data]
@@ -180,6 +183,7 @@ class Trainer:
             losses = self.policy.run_sharded("train_sft", self._micro(exp, torch.arange(len(idx)), self.policy))
             print(f"warm-up step {step}/{cfg.sft_warmup_steps}: loss/sft={sum(losses) / len(losses):.4f}", flush=True)
         self.policy.run("set_learning_rate", cfg.actor_learning_rate)
+        self.policy.run("reset_optimizer_state")
         if self.ref is not None:
             state = ray.put(self.policy.run("full_state")[0])
             self.ref.run("load_full_state", state)

@@ -219,6 +219,8 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
     "hf checkpoint without checkpoints": ([], ("--save_steps",), ["--save_hf_ckpt is only used with --save_steps > 0"]),
     "max_steps zero": (["--max_steps 0"], (), ["--max_steps 0: must be >= 1"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),
+    "warm-up data without a warm-up": (["--sft_data w.jsonl"], (),
+                                       ["--sft_data w.jsonl is only used with --sft_warmup_steps > 0"]),
 }  # fmt: skip
 
 

@@ -310,6 +310,18 @@ class ModelWorker(DistributedWorker):
             publisher.release()
         return sent
 
+    def reset_optimizer_state(self) -> None:
+        """Forget the optimizer's moments (Adam's running averages and step count): RL after the supervised
+        warm-up starts from a fresh optimizer. Carried over, the warm-up's momentum keeps moving the weights
+        where the warm-up went, with no RL gradient at all (a batch of equal rewards has none)."""
+        opt = getattr(self.engine.optimizer, "optimizer", self.engine.optimizer)
+        for state in opt.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    value.zero_()
+                elif key == "step":
+                    state[key] = 0
+
     def set_learning_rate(self, lr: float) -> None:
         """Set the optimizer's learning rate (the supervised warm-up uses its own)."""
         for group in self.engine.optimizer.param_groups:

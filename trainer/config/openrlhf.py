@@ -264,6 +264,7 @@ OWN_FLAGS: dict[str, str] = {
     "remote_rm_timeout": "seconds before a remote reward request times out",
     "remote_rm_retries": "retries of a failed remote reward request",
     "sft_output_key": "the targets of the supervised warm-up",
+    "sft_data": "the supervised warm-up's own data (default: the prompt data)",
     "sft_warmup_steps": "supervised steps before RL",
     "sft_learning_rate": "learning rate of the supervised warm-up",
     "lr_scheduler": "cosine_with_min_lr or constant_with_warmup (OpenRLHF >= 0.8.5 has it)",

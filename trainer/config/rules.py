@@ -327,7 +327,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: f"{c.advantage_estimator} has no critic", has_critic),
     (("ref_num_nodes", "ref_num_gpus_per_node", "kl_estimator"), "a reference model (--init_kl_coef > 0)",
      lambda c: "--init_kl_coef 0 creates none", has_ref),
-    (("sft_output_key", "sft_learning_rate"), "--sft_warmup_steps > 0",
+    (("sft_output_key", "sft_learning_rate", "sft_data"), "--sft_warmup_steps > 0",
      lambda c: "there is no supervised warm-up", lambda c: c.sft_warmup_steps > 0),
     (("wandb_project", "wandb_run_name"), "--use_wandb", lambda c: "W&B logging is off",
      lambda c: c.use_wandb is not None),

@@ -143,6 +143,10 @@ class TrainerConfig:
         None, "Prompt template with one '{}' for the prompt (not with --apply_chat_template).", group=D
     )
     sft_output_key: str = flag("output", "Dataset key of the target response (--sft_warmup_steps only).", group=D)
+    sft_data: str | None = flag(
+        None, "Data of the supervised warm-up (same format and --input_key as --prompt_data, targets in "
+        "--sft_output_key; --sft_warmup_steps only). Default: --prompt_data itself.", group=D, metavar="DATA",
+    )  # fmt: skip
     apply_chat_template: bool = flag(False, "Format prompts with the tokenizer's chat template.", group=D)
     max_samples: int = flag(100_000_000, "Use at most this many prompts of the dataset.", group=D, ge=1)
     prompt_max_len: int = flag(1024, "Max tokens of a prompt; longer prompts are dropped and counted.", group=D, ge=1)
