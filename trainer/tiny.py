@@ -16,7 +16,7 @@ Command line::
 
     python -m trainer.tiny model OUT_DIR [--hidden-size 256 --num-layers 2 --num-heads 4 --seed 0]
     python -m trainer.tiny dataset OUT_FILE [--n 256 --fmt jsonl --kind add --seed 0]
-    python -m trainer.tiny search OUT_DIR [--n 128 --distractors 128 --answer-digits 2 --seed 0]
+    python -m trainer.tiny search OUT_DIR [--n 128 --warmup 256 --distractors 0 --answer-digits 2 --seed 0]
 """
 
 from __future__ import annotations
@@ -225,31 +225,40 @@ def make_math_dataset(
 SEARCH_INSTRUCTION = "search, then answer: code of {}?"
 
 
-def search_records(n: int = 128, distractors: int = 128, answer_digits: int = 2, direct_share: float = 0.5,
-                   topk: int = 1, seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(corpus, questions) of the tiny-search task; deterministic for its arguments.
+def search_records(n: int = 128, warmup: int = 256, distractors: int = 0, answer_digits: int = 2,
+                   copy_digits: int | None = None, direct_share: float = 0.0, topk: int = 1, seed: int = 0
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(corpus, questions, warm-up records) of the tiny-search task; deterministic for its arguments.
 
-    Each of ``n + distractors`` made-up entities (distinct 3-letter names) has a code of ``answer_digits``
-    digits, told by one passage ``{"id": i, "contents": "\"kov\"\nkov is 47"}`` (Search-R1's corpus
-    format); ``n`` of them are asked about: ``{"question": [chat message "search, then answer: code of
-    kov?"], "golden_answers": ["47"], "solution": ...}``. The code is random, so it is only in the
-    corpus: without searching a model guesses (1 in 10**answer_digits).
+    Each of ``n + warmup + distractors`` made-up entities (distinct 3-letter names) has a random code of
+    ``answer_digits`` digits, told by one passage ``{"id": i, "contents": "\"kov\"\nkov is 47"}``
+    (Search-R1's corpus format). Three disjoint sets of entities:
 
-    ``solution`` is the supervised warm-up's target (the format, not the skill): for a ``direct_share`` of the
-    questions a direct answer with a WRONG code, for the others the search trajectory as a rollout makes
-    it (``<search>kov</search>``, the information block with the entity's passage first and ``topk - 1``
-    other passages: BM25 finds only the entity's own passage for its name, so 1 by default,
-    ``<answer>47</answer>``). A short warm-up teaches the tags; the reward teaches to
-    search and to copy the code from the passage.
+    - ``questions``, the RL prompts: ``{"question": [chat message "search, then answer: code of kov?"],
+      "golden_answers": ["47"]}`` for ``n`` entities. No target response: their codes are in the corpus
+      only, so without searching a model guesses (1 in 10**answer_digits).
+    - ``warmup``, the supervised warm-up's records, about ``warmup`` OTHER entities: the same question
+      and ``solution``, the search trajectory as a rollout makes it (``<search>kov</search>``, the
+      information block with the entity's passage first and ``topk - 1`` other passages: BM25 finds only
+      the entity's own passage for its name, so 1 by default, ``<answer>47</answer>``); for a
+      ``direct_share`` of them a direct answer with a WRONG code instead. The answer copies the first
+      ``copy_digits`` digits of the code (default: all) and guesses the others (random digits, right 1 in
+      10 by chance): a warm-up that copies only part of the code gives a weak copying ability that the
+      exact-match reward has to complete. The warm-up can teach the format and copying in general, never
+      an RL question's code.
+    - ``distractors``: passages about entities nobody asks about.
     """
     from trainer.rollout.tools import information_block
 
-    if n < 1 or distractors < 0 or answer_digits < 1 or not 0 <= direct_share <= 1 or topk < 1:
-        raise ValueError(f"search data: n {n} >= 1, distractors {distractors} >= 0, answer_digits "
-                         f"{answer_digits} >= 1, 0 <= direct_share {direct_share} <= 1, topk {topk} >= 1 expected")
-    total = n + distractors
-    if total > 26**3:
-        raise ValueError(f"search data: {total} entities; at most {26**3} distinct 3-letter names")
+    copy_digits = answer_digits if copy_digits is None else copy_digits
+    if (n < 1 or warmup < 0 or distractors < 0 or answer_digits < 1 or not 0 <= copy_digits <= answer_digits
+            or not 0 <= direct_share <= 1 or topk < 1):
+        raise ValueError(f"search data: n {n} >= 1, warmup {warmup} >= 0, distractors {distractors} >= 0, "
+                         f"answer_digits {answer_digits} >= 1, 0 <= copy_digits {copy_digits} <= answer_digits, "
+                         f"0 <= direct_share {direct_share} <= 1, topk {topk} >= 1 expected")
+    total = n + warmup + distractors
+    if total > 26**3 - 4:
+        raise ValueError(f"search data: {total} entities; at most {26**3 - 4} distinct 3-letter names")
     rng = random.Random(seed)
     names: list[str] = []
     seen: set[str] = set()
@@ -261,8 +270,14 @@ def search_records(n: int = 128, distractors: int = 128, answer_digits: int = 2,
     codes = ["".join(rng.choice(string.digits) for _ in range(answer_digits)) for _ in range(total)]
     corpus = [{"id": str(i), "contents": f'"{name}"\n{name} is {code}'} for i, (name, code) in
               enumerate(zip(names, codes, strict=True))]
-    questions = []
-    for i in range(n):
+
+    def question(i: int) -> dict[str, Any]:
+        return {"question": [{"role": "user", "content": SEARCH_INSTRUCTION.format(names[i])}],
+                "golden_answers": [codes[i]]}
+
+    questions = [question(i) for i in range(n)]
+    warm = []
+    for i in range(n, n + warmup):
         name, code = names[i], codes[i]
         if rng.random() < direct_share:
             wrong = code
@@ -272,19 +287,20 @@ def search_records(n: int = 128, distractors: int = 128, answer_digits: int = 2,
         else:
             others = rng.sample([j for j in range(total) if j != i], min(topk - 1, total - 1))
             passages = [corpus[i]["contents"]] + [corpus[j]["contents"] for j in others]
-            solution = f"<search>{name}</search>{information_block(passages)}<answer>{code}</answer>"
-        questions.append({"question": [{"role": "user", "content": SEARCH_INSTRUCTION.format(name)}],
-                          "golden_answers": [code], "solution": solution})
-    return corpus, questions
+            answer = code[:copy_digits] + "".join(rng.choice(string.digits) for _ in code[copy_digits:])
+            solution = f"<search>{name}</search>{information_block(passages)}<answer>{answer}</answer>"
+        warm.append({**question(i), "solution": solution})
+    return corpus, questions, warm
 
 
 def make_search_data(out_dir: str | Path, **kwargs: Any) -> Path:
-    """Write :func:`search_records` as ``out_dir/corpus.jsonl`` and ``out_dir/questions.jsonl``; returns
-    ``out_dir``. Files are written whole to a temporary name first and renamed."""
+    """Write :func:`search_records` as ``out_dir/corpus.jsonl``, ``out_dir/questions.jsonl`` and
+    ``out_dir/warmup.jsonl``; returns ``out_dir``. Files are written whole to a temporary name first and
+    renamed."""
     out = Path(out_dir)
-    corpus, questions = search_records(**kwargs)
+    corpus, questions, warm = search_records(**kwargs)
     out.mkdir(parents=True, exist_ok=True)
-    for name, records in (("corpus.jsonl", corpus), ("questions.jsonl", questions)):
+    for name, records in (("corpus.jsonl", corpus), ("questions.jsonl", questions), ("warmup.jsonl", warm)):
         tmp = write_records(out / f".{name}.tmp", records, "jsonl")
         tmp.replace(out / name)
     return out
@@ -321,9 +337,13 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("search", help="tiny-search task: corpus.jsonl + questions.jsonl in OUT_DIR")
     s.add_argument("out_dir")
     s.add_argument("--n", type=int, default=128, help="questions")
-    s.add_argument("--distractors", type=int, default=128, help="passages about entities nobody asks about")
+    s.add_argument("--warmup", type=int, default=256,
+                   help="entities of the warm-up's records (warmup.jsonl), none of them asked about in questions.jsonl")
+    s.add_argument("--distractors", type=int, default=0, help="passages about entities nobody asks about")
     s.add_argument("--answer-digits", type=int, default=2)
-    s.add_argument("--direct-share", type=float, default=0.5,
+    s.add_argument("--copy-digits", type=int, default=None,
+                   help="digits of the code the warm-up's answers copy from the passage, the others guessed (default: all)")
+    s.add_argument("--direct-share", type=float, default=0.0,
                    help="share of warm-up targets that answer (wrongly) without searching")
     s.add_argument("--topk", type=int, default=1,
                    help="passages in the warm-up's information blocks (BM25 finds only the entity's own for its name)")
@@ -337,8 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "search":
-            out = make_search_data(args.out_dir, n=args.n, distractors=args.distractors,
-                                   answer_digits=args.answer_digits, direct_share=args.direct_share,
+            out = make_search_data(args.out_dir, n=args.n, warmup=args.warmup, distractors=args.distractors,
+                                   answer_digits=args.answer_digits, copy_digits=args.copy_digits, direct_share=args.direct_share,
                                    topk=args.topk, seed=args.seed)
         elif args.command == "model":
             out = make_model(

@@ -257,3 +257,19 @@ def test_preset_7b_ppo_carries_seed_000s_numbers():
     assert (cfg.prompt_max_len, cfg.generate_max_len) == (int(verl["data.max_prompt_length"]),
                                                           int(verl["data.max_response_length"]))
     assert cfg.save_steps == int(verl["trainer.save_freq"])
+
+
+@pytest.mark.parametrize("inventory", ["inventory", "examples/inventories/seed-2node"])
+def test_the_inventories_make_the_tiny_search_data_the_preset_makes(inventory):
+    """The retrieval service's corpus and the preset's questions and warm-up come from one
+    `python -m trainer.tiny search` run, whichever runs first (`rlrun up` or the submit): the same arguments.
+    (The embedded inventory once made them without the preset's --direct-share, so a cluster's job warmed up
+    on other data than a direct run.)"""
+    import yaml
+
+    make = P.load_preset("tiny-search", P.preset_dirs()).make
+    (preset_args,) = [args for path, args in make.items() if path.endswith("/build/tiny/search")]
+    vars_file = Path(P.__file__).resolve().parents[1] / inventory / "group_vars" / "all" / "retriever.yml"
+    command = yaml.safe_load(vars_file.read_text())["retriever__corpus_command"]
+    assert command[1:4] == ["-m", "trainer.tiny", "search"]
+    assert command[5:] == list(preset_args[1:])

@@ -196,33 +196,46 @@ def test_cli_model(tmp_path: Path) -> None:
 
 
 def test_search_data_answers_are_only_in_the_corpus(tmp_path: Path) -> None:
+    """The RL questions' codes are in the corpus only; the warm-up's trajectories are about other entities,
+    so a warm-up can teach the format and copying but never an RL question's answer."""
     from trainer.reward.qa import extract_answer
 
     out = tmp_path / "search"
-    done = subprocess.run([sys.executable, "-m", "trainer.tiny", "search", str(out), "--n", "20", "--distractors",
-                           "10", "--seed", "3"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "trainer.tiny", "search", str(out), "--n", "20", "--warmup", "40",
+                           "--distractors", "10", "--direct-share", "0.25", "--seed", "3"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    corpus = [json.loads(line) for line in (out / "corpus.jsonl").read_text().splitlines()]
-    questions = [json.loads(line) for line in (out / "questions.jsonl").read_text().splitlines()]
-    assert len(corpus) == 30 and len(questions) == 20
+    read = lambda name: [json.loads(line) for line in (out / name).read_text().splitlines()]  # noqa: E731
+    corpus, questions, warm = read("corpus.jsonl"), read("questions.jsonl"), read("warmup.jsonl")
+    assert len(corpus) == 70 and len(questions) == 20 and len(warm) == 40
     names = [c["contents"].split("\n")[0].strip('"') for c in corpus]
-    assert len(set(names)) == 30  # one passage per entity: a search for its name finds it
+    assert len(set(names)) == 70  # one passage per entity: a search for its name finds it
     by_name = {n: c["contents"] for n, c in zip(names, corpus, strict=True)}
-    searched = direct = 0
-    for q in questions:
-        text = q["question"][0]["content"]
+
+    def asked(record: dict) -> tuple[str, str]:
+        text = record["question"][0]["content"]
+        (code,) = record["golden_answers"]
         name = text.rsplit(" ", 1)[1].rstrip("?")
-        (code,) = q["golden_answers"]
-        assert by_name[name] == f'"{name}"\n{name} is {code}' and code not in text  # the answer is in the corpus only
-        if q["solution"].startswith("<search>"):
+        assert by_name[name] == f'"{name}"\n{name} is {code}' and code not in text  # the code is in the corpus only
+        return name, code
+
+    rl = {asked(q)[0] for q in questions}
+    assert all("solution" not in q for q in questions)  # no target response that holds an RL question's code
+    searched = direct = 0
+    for w in warm:
+        name, code = asked(w)
+        assert name not in rl
+        if w["solution"].startswith("<search>"):
             searched += 1
-            assert q["solution"].startswith(f"<search>{name}</search>\n\n<information>Doc 1(Title: \"{name}\")")
-            assert extract_answer(q["solution"]) == code
+            assert w["solution"] == (f'<search>{name}</search>\n\n<information>Doc 1(Title: "{name}") {name} is '
+                                     f"{code}</information>\n\n<answer>{code}</answer>")
         else:
             direct += 1
-            assert extract_answer(q["solution"]) != code  # the direct answers teach the format, not the code
+            assert extract_answer(w["solution"]) != code  # the direct answers teach the format, not the code
+        # no warm-up target names an RL entity or holds an RL entity's passage
+        assert not any(f'"{other}"' in w["solution"] or f"{other} is" in w["solution"] for other in rl)
     assert searched and direct
-    assert tiny.search_records(n=20, distractors=10, seed=3) == (corpus, questions)  # deterministic
+    assert len({asked(w)[0] for w in warm}) == 40  # 40 distinct warm-up entities, none of them asked in RL
+    assert tiny.search_records(n=20, warmup=40, distractors=10, direct_share=0.25, seed=3) == (corpus, questions, warm)
     bad = subprocess.run([sys.executable, "-m", "trainer.tiny", "search", str(out), "--n", "0"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "n 0 >= 1" in bad.stderr
