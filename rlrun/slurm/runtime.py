@@ -129,10 +129,11 @@ def cmd_inventory(args) -> None:
     os.chmod(root, 0o700)
     os.chmod(secrets, 0o700)
     store = secrets / f"{args.name}-ray.token"
+    reward_store = secrets / f"{args.name}-reward.token"
     if args.token_file:
         _copy_private(Path(args.token_file), store)
     if args.reward_token_file:
-        _copy_private(Path(args.reward_token_file), secrets / f"{args.name}-reward.token")
+        _copy_private(Path(args.reward_token_file), reward_store)
 
     def host(name: str, ip: str) -> dict:
         return {"cluster__node_address": ip, "ansible_host": ip}
@@ -145,7 +146,10 @@ def cmd_inventory(args) -> None:
     group_vars = {
         "cluster__name": args.name,
         "cluster__auth_enabled": True,
+        # Where rlrun reads the tokens (the cluster role's variables, named here and not left to its
+        # defaults: this directory's layout is the job's own).
         "cluster__token_store": str(store),
+        "cluster__reward_token_store": str(reward_store),
         **ports,
         # Informational: which Slurm job runs this cluster (rlrun slurm status / cancel).
         "rlrun__slurm_job_id": args.job_id,

@@ -38,3 +38,24 @@ def test_without_slurm_commands_the_error_says_what_is_needed(tmp_path, monkeypa
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RlrunError, match="`squeue` not found: `rlrun slurm status` runs on a host with Slurm"):
         control.slurm_state("5")
+
+
+def test_the_job_inventory_names_both_token_stores_and_rlrun_reads_them(tmp_path, monkeypatch):
+    """The sbatch script's `runtime inventory` writes the job's inventory; rlrun reads the Ray and the
+    reward token from the stores it names (not from a file name it would have to guess), even when the
+    tokens were handed in under other names."""
+    from rlrun.inventory import load_cluster
+    from rlrun.slurm import runtime
+    from rlrun.slurm.spec import PORT_VARS
+
+    for i, name in enumerate(PORT_VARS.values()):
+        monkeypatch.setenv(name, str(23000 + i))
+    (tmp_path / "t1").write_text("ab" * 32)
+    (tmp_path / "t2").write_text("cd" * 32)
+    inv = tmp_path / "inv"
+    assert runtime.main(["inventory", "--dir", str(inv), "--name", "sj", "--head", "n1=10.9.0.1",
+                         "--reward", "n1=10.9.0.1", "--token-file", str(tmp_path / "t1"),
+                         "--reward-token-file", str(tmp_path / "t2"), "--job-id", "77"]) == 0
+    cluster = load_cluster(inv)
+    assert (cluster.token, cluster.reward_token) == ("ab" * 32, "cd" * 32)
+    assert cluster.reward_token_store.parent == cluster.token_store.parent == inv / ".secrets"
