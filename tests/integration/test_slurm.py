@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -107,23 +108,18 @@ TINY = ["--set", "sft_warmup_steps=2", "--set", "max_samples=8", "--set", "rollo
         "--set", "micro_train_batch_size=32", "--set", "num_episodes=2"]
 
 
-def _host_services() -> dict[int, str]:
-    """Ray and reward-service processes of the machine outside any Slurm lab node: other clusters."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            netns = (proc / "ns" / "net").readlink()
-        except OSError:
-            continue
-        if any(k in cmd for k in ("gcs_server", "raylet", "trainer.reward.server")) and netns == HOST_NETNS:
-            found[int(proc.name)] = cmd[:120]
-    return found
-
-
-HOST_NETNS = Path("/proc/self/ns/net").readlink()
+# Stand-ins for another cluster's processes on this machine, outside the lab's nodes: what a kill by name
+# (pkill raylet, killall gcs_server), by command line (pkill -f trainer.reward.server) or by process
+# group in the lab's teardown or in Slurm's epilog would hit. Only these are watched: a real cluster of
+# another test lane may end on its own while the Slurm tests run.
+def _start_sentinels(bindir: Path) -> list[subprocess.Popen]:
+    procs = []
+    for name, argv0 in (("gcs_server", "gcs_server"), ("raylet", "raylet"),
+                        ("python3", "python3 -m trainer.reward.server --sentinel")):
+        (bindir / name).symlink_to(shutil.which("sleep"))  # the process's name is the link's
+        procs.append(subprocess.Popen(["bash", "-c", f'exec -a "{argv0}" {bindir / name} 3600'],
+                                      start_new_session=True))
+    return procs
 
 
 @pytest.fixture(scope="module")
@@ -135,15 +131,17 @@ def lab():
         lab = SlurmLab(LAB_INDEX, nodes=3, cpus=4, owner=f"pytest-{__import__('os').getpid()}").create()
     except LabError as exc:  # never a silent skip: make test installs what the lab needs
         pytest.fail(f"the Slurm lab cannot run here: {exc}", pytrace=False)
-    others = _host_services()
+    sentinels = _start_sentinels(Path(tempfile.mkdtemp(prefix="rlrun-sentinel-")))
     try:
         yield lab
     finally:
         lab.destroy()
+        ended = {" ".join(p.args): p.poll() for p in sentinels if p.poll() is not None}
+        for p in sentinels:
+            p.kill()
+            p.wait()
     assert lab.leftovers() == []
-    # The project's other clusters on the machine (if any ran) are untouched.
-    gone = {pid: cmd for pid, cmd in others.items() if not Path(f"/proc/{pid}").exists()}
-    assert not gone, f"processes of other clusters ended during the Slurm tests: {gone}"
+    assert not ended, f"processes named like another cluster's ended during the Slurm tests: {ended}"
 
 
 @pytest.fixture(scope="module")
