@@ -8,7 +8,8 @@ BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: venv demo up down status test check system-deps lint pytest molecule clean
+.PHONY: venv demo up down status test check system-deps lint pytest molecule clean lane-1 lane-2 \
+	pytest-clusters pytest-rest molecule-cluster molecule-roles
 
 $(VENV)/.stack-installed: pyproject.toml constraints/cpu.txt scripts/install-stack.sh
 	scripts/install-stack.sh $(VENV)
@@ -36,7 +37,17 @@ status: venv
 
 # System packages first (scripts/system-deps.sh installs what is missing as
 # root, else stops at once with the install line), so no scenario is skipped.
-test: system-deps venv lint pytest molecule
+# Then two lanes side by side (scripts/lanes.sh; each line prefixed with its lane's name):
+#   lane-1   pytest-clusters (the session's one-node cluster, the multinode lab), molecule default + multinode
+#   lane-2   pytest-rest (trainer, services, Slurm lab, firewall lab, validation, unit), the role scenarios
+# They share no cluster, port, address range or state directory, and both spend much of their time
+# waiting on processes they started, so on 2 cores they end well before the two one after the other.
+# Within a lane a failure does not hide the lane's later steps (make -k); any failure fails the run.
+test: system-deps venv lint
+	scripts/lanes.sh lane-1 lane-2
+
+lane-1: pytest-clusters molecule-cluster
+lane-2: pytest-rest molecule-roles
 
 system-deps:
 	scripts/system-deps.sh
@@ -49,20 +60,38 @@ lint: venv
 check: venv lint
 	python -m pytest -q tests/unit
 
-# pytest exits 5 when it collects nothing: that fails `make test`, as it must.
-# In-process vLLM tests run in a second process (see pyproject's vllm_inproc marker).
-pytest: venv
-	python -m pytest -ra --durations=30
-	python -m pytest -ra -m vllm_inproc tests/integration/test_vllm_engine.py
+# The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
+# 127.0.0.4, ports 8600-8999) and of the multinode lab (network namespaces 10.244.52.0/24), about half
+# of the suite's time. Every other file under tests/ runs in pytest-rest (--ignore of these), so a new
+# file is never left out.
+CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
+  test_presets_cluster.py test_multinode.py test_node_service_systemd.py)
+
+# pytest exits 5 when it collects nothing: that fails `make test`, as it must. Each pytest run has a
+# base temp dir of its own (two sessions at once). In-process vLLM tests run in a process of their
+# own (see pyproject's vllm_inproc marker).
+pytest: pytest-clusters pytest-rest
+
+pytest-clusters: venv
+	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-1 $(CLUSTER_TESTS)
+
+pytest-rest: venv
+	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-2 $(addprefix --ignore=,$(CLUSTER_TESTS))
+	python -m pytest -ra -m vllm_inproc --basetemp=/tmp/rlrun-pytest-vllm tests/integration/test_vllm_engine.py
 
 # The cluster scenarios: default (site.yml on this machine) and multinode (4 hosts
 # made of network namespaces, converged over SSH; needs root, iproute2 and
 # openssh-server: system-deps installs them). Then one scenario per role, each
-# that role alone with the cluster role (roles/<role>/README.md says what it checks).
+# that role alone with the cluster role (roles/<role>/README.md says what it checks;
+# they share molecule/shared/inventory, so they run one after the other).
 MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server retriever preflight
-molecule: venv
+molecule: molecule-cluster molecule-roles
+
+molecule-cluster: venv
 	molecule test -s default
 	molecule test -s multinode
+
+molecule-roles: venv
 	set -e; for s in $(MOLECULE_ROLES); do molecule test -s $$s; done
 
 clean:

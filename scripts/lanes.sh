@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Run make targets side by side, each a lane of its own; every output line is prefixed with its
+# lane's name as it comes, and each lane's exit status and time are printed when it ends.
+#   scripts/lanes.sh TARGET...
+# Each lane is `make -k TARGET`: a failed step does not hide the later ones of its lane.
+# Exits non-zero when any lane failed, after every lane has ended (a lane is never cut short: a
+# molecule scenario stopped half-way would leave its cluster up). make test runs pytest and the
+# molecule scenarios this way: they share no cluster, port, address range or state directory
+# (tests/conftest.py, molecule/*/inventory), and both spend much of their time waiting on
+# processes they started (Ray, sshd, ansible's connections), so two lanes on two cores end well
+# before the two one after the other.
+set -uo pipefail
+[ $# -ge 1 ] || { echo "usage: scripts/lanes.sh TARGET..." >&2; exit 2; }
+make=${MAKE:-make}
+
+lane() {
+  local name=$1 start=$SECONDS rc
+  "$make" -k --no-print-directory "$name" > >(sed -u "s/^/[$name] /") 2>&1
+  rc=$?
+  wait  # the prefixing sed has written everything
+  echo "[$name] === exit $rc after $((SECONDS - start)) s"
+  return "$rc"
+}
+
+pids=()
+for target in "$@"; do
+  lane "$target" &
+  pids+=("$!")
+done
+failed=()
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || failed+=("$(printf '%s' "${@:i+1:1}")")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "lanes failed: ${failed[*]} (their lines above are prefixed with [name])" >&2
+  exit 1
+fi
+echo "lanes passed: $*"
