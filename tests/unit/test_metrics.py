@@ -1,4 +1,5 @@
 import json
+import time
 
 from trainer.metrics import MetricsLogger, Timer, parse_log_line
 
@@ -51,20 +52,24 @@ def test_wandb_run_gets_every_step_offline(tmp_path, monkeypatch):
     assert config.get("advantage_estimator") == "rloo"
 
 
-def _read_offline_run(wandb_dir):
-    """The history rows and config of the one offline run under wandb_dir, read from its record file."""
-    from wandb.proto import wandb_internal_pb2 as pb
-    from wandb.sdk.internal import datastore
-
-    files = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
-    assert len(files) == 1, files
-    store = datastore.DataStore()
-    store.open_for_scan(str(files[0]))
+def _read_offline_run(wandb_dir, timeout: float = 60.0):
+    """The history rows and config of the one offline run under wandb_dir, read from its record file once it
+    holds the run's exit record: wandb 0.29's finish() can return before its service process has written
+    the file (seen as a 7-byte file under load)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        files = list(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        assert len(files) <= 1, files
+        try:
+            records = _records(files[0]) if files else []
+        except Exception:  # noqa: BLE001 (a record half-written: read again)
+            records = []
+        if any(kind == "exit" for kind, _ in records):
+            break
+        assert time.monotonic() < deadline, f"no complete offline run under {wandb_dir} after {timeout:.0f} s: {files}"
+        time.sleep(0.2)
     history, config = [], {}
-    while (data := store.scan_data()) is not None:
-        record = pb.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in records:
         if kind == "history":
             history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                             for item in record.history.item})
@@ -74,3 +79,17 @@ def _read_offline_run(wandb_dir):
                 value = json.loads(item.value_json)
                 config[item.key or "/".join(item.nested_key)] = value.get("value") if isinstance(value, dict) else value
     return history, config
+
+
+def _records(path):
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.sdk.internal import datastore
+
+    store = datastore.DataStore()
+    store.open_for_scan(str(path))
+    records = []
+    while (data := store.scan_data()) is not None:
+        record = pb.Record()
+        record.ParseFromString(data)
+        records.append((record.WhichOneof("record_type"), record))
+    return records
