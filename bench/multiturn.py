@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -135,6 +136,7 @@ def main() -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=20)
+        shutil.rmtree(work, ignore_errors=True)  # the model, corpus and index it made
     return 0
 
 
