@@ -3,7 +3,7 @@
 # lane's name as it comes, and each lane's exit status and time are printed when it ends.
 #   scripts/lanes.sh TARGET...
 # Each lane is `make -k TARGET`: a failed step does not hide the later ones of its lane.
-# Exits non-zero when any lane failed, after every lane has ended (a lane is never cut short: a
+# Exits non-zero when any lane failed, after every lane has ended (a failed lane never cuts another short: a
 # molecule scenario stopped half-way would leave its cluster up). make test runs pytest and the
 # molecule scenarios this way: they share no cluster, port, address range or state directory
 # (tests/conftest.py, molecule/*/inventory), and both spend much of their time waiting on
@@ -15,21 +15,36 @@ make=${MAKE:-make}
 
 lane() {
   local name=$1 start=$SECONDS rc
-  "$make" -k --no-print-directory "$name" > >(sed -u "s/^/[$name] /") 2>&1
+  "$make" -k --no-print-directory "$name" > >(trap '' INT TERM; exec sed -u "s/^/[$name] /") 2>&1
   rc=$?
   wait  # the prefixing sed has written everything
   echo "[$name] === exit $rc after $((SECONDS - start)) s"
   return "$rc"
 }
 
+# Each lane in a process group of its own (job control), so that SIGINT reaches it: without job
+# control a background job ignores SIGINT, and pytest would neither stop nor run its teardown on
+# Ctrl-C. An INT or TERM to this script is passed on to every lane, which ends as it would alone.
+set -m
 pids=()
+forward() {
+  for pid in "${pids[@]}"; do kill -"$1" -- "-$pid" 2>/dev/null || true; done
+}
+trap 'forward INT' INT
+trap 'forward TERM' TERM
 for target in "$@"; do
-  lane "$target" &
+  lane "$target" </dev/null &  # no lane reads the terminal (a background group would be stopped)
   pids+=("$!")
 done
 failed=()
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || failed+=("$(printf '%s' "${@:i+1:1}")")
+  # wait returns early (> 128) when a trapped signal arrives: wait again until the lane has ended
+  while true; do
+    wait "${pids[$i]}"
+    rc=$?
+    kill -0 "${pids[$i]}" 2>/dev/null || break
+  done
+  [ "$rc" -eq 0 ] || failed+=("${@:i+1:1}")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "lanes failed: ${failed[*]} (their lines above are prefixed with [name])" >&2
