@@ -109,9 +109,9 @@ TINY = ["--set", "sft_warmup_steps=2", "--set", "max_samples=8", "--set", "rollo
 
 
 # Stand-ins for another cluster's processes on this machine, outside the lab's nodes: what a kill by name
-# (pkill raylet, killall gcs_server), by command line (pkill -f trainer.reward.server) or by process
-# group in the lab's teardown or in Slurm's epilog would hit. Only these are watched: a real cluster of
-# another test lane may end on its own while the Slurm tests run.
+# (pkill raylet, killall gcs_server) or by command line (pkill -f trainer.reward.server) in the lab's
+# teardown or in Slurm's epilog would hit (each in a session of its own, as a node service is). Only
+# these are watched: a real cluster of another test lane may end on its own while the Slurm tests run.
 def _start_sentinels(bindir: Path) -> list[subprocess.Popen]:
     procs = []
     for name, argv0 in (("gcs_server", "gcs_server"), ("raylet", "raylet"),
