@@ -108,10 +108,10 @@ TINY = ["--set", "sft_warmup_steps=2", "--set", "max_samples=8", "--set", "rollo
         "--set", "micro_train_batch_size=32", "--set", "num_episodes=2"]
 
 
-# Stand-ins for another cluster's processes on this machine, outside the lab's nodes: what a kill by name
-# (pkill raylet, killall gcs_server) or by command line (pkill -f trainer.reward.server) in the lab's
-# teardown or in Slurm's epilog would hit (each in a session of its own, as a node service is). Only
-# these are watched: a real cluster of another test lane may end on its own while the Slurm tests run.
+# Stand-ins for another cluster's processes on this machine, outside the lab's nodes: what a signal sent
+# by process name (raylet, gcs_server) or by a match on the command line (trainer.reward.server) in the
+# lab's teardown or in Slurm's epilog would hit (each in a session of its own, as a node service is).
+# Only these are watched: a real cluster of another test lane may end on its own while the Slurm tests run.
 def _start_sentinels(bindir: Path) -> list[subprocess.Popen]:
     procs = []
     for name, argv0 in (("gcs_server", "gcs_server"), ("raylet", "raylet"),
