@@ -334,7 +334,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--max-digits", type=int, default=4, help="copy: strings of 1..N digits")
     d.add_argument("--input-key", default="message")
     d.add_argument("--label-key", default="answer")
-    s = sub.add_parser("search", help="tiny-search task: corpus.jsonl + questions.jsonl in OUT_DIR")
+    s = sub.add_parser("search", help="tiny-search task: corpus.jsonl, questions.jsonl and warmup.jsonl in OUT_DIR")
     s.add_argument("out_dir")
     s.add_argument("--n", type=int, default=128, help="questions")
     s.add_argument("--warmup", type=int, default=256,
