@@ -304,3 +304,32 @@ def test_a_seeded_multi_turn_batch_larger_than_the_step_budget_runs_in_one_call(
     vllm_engine.reset_prefix_cache()
     again = vllm_engine.complete(contexts, [6] * count, ("</search>",), 1.0, 1.0, seeds)
     assert [c.token_ids for c in again] == [c.token_ids for c in first]
+
+
+def test_stepper_continues_contexts_like_complete_with_requests_added_mid_flight(vllm_engine) -> None:  # noqa: ANN001
+    """The multi-turn loop's continuous batching (``LLMEngine.add_request`` / ``step``): requests submitted
+    while others decode end with the same greedy tokens, stops and finish reasons as ``complete`` gives
+    them in one call; an abort leaves the engine with nothing running."""
+    tok = vllm_engine.tokenizer
+    contexts = [list(tok(p).input_ids) for p in PROMPTS]
+    budgets, stop = [3, MAX_NEW, 7, 12], ("e", " t")
+    want = vllm_engine.complete(contexts, budgets, stop, 0.0, 1.0, [None] * len(contexts))
+    assert any(c.finish_reason == "stop" for c in want) and any(c.finish_reason == "length" for c in want)
+    stepper = vllm_engine.stepper()
+    got, steps = {}, 0
+    for key in (0, 1):
+        stepper.submit(key, contexts[key], budgets[key], stop, 0.0, 1.0, None)
+    while stepper.pending() or len(got) < len(contexts):
+        if steps == 2:  # the other two join a running batch
+            for key in (2, 3):
+                stepper.submit(key, contexts[key], budgets[key], stop, 0.0, 1.0, None)
+        got.update(stepper.step())
+        steps += 1
+        assert steps < 200
+    assert [(got[k].token_ids, got[k].text, got[k].finish_reason) for k in range(len(contexts))] == [
+        (c.token_ids, c.text, c.finish_reason) for c in want]
+    stepper.submit(0, contexts[0], 64, (), 0.0, 1.0, None)
+    stepper.step()
+    stepper.abort()
+    assert stepper.pending() == 0 and not vllm_engine.llm.llm_engine.has_unfinished_requests()
+    assert greedy_ids(vllm_engine, PROMPTS[:1])  # the engine still generates

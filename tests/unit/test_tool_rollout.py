@@ -1,7 +1,12 @@
-"""The multi-turn loop of trainer.rollout.tools on a scripted engine: stops, batched tool calls, inserted
-tokens masked, budgets, max_turns; and its parts (query parsing, Search-R1's passage format, {node_ip})."""
+"""The multi-turn loops of trainer.rollout.tools on scripted engines: stops, batched tool calls, inserted
+tokens masked, budgets, max_turns; the streaming loop (continuous batching: a sample goes to the tool and
+back while the others decode) gives the same samples as the loop in rounds; and the loops' parts (query
+parsing, Search-R1's passage format, {node_ip})."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
@@ -14,6 +19,7 @@ from trainer.rollout.tools import (
     information_block,
     resolve_node_url,
     run_tool_rollout,
+    run_tool_rollout_streaming,
     search_query,
 )
 from trainer.tiny import build_tokenizer
@@ -168,3 +174,126 @@ def test_search_tool_answers_empty_queries_without_a_request() -> None:
     assert tool(["", "  "]) == [[], []]
     with pytest.raises(ValueError, match="topk must be >= 1"):
         SearchTool("http://x/retrieve", 0)
+
+
+class Steps:
+    """A continuous-batching engine over the same scripts as :class:`Script`: a submitted turn produces one
+    token per :meth:`step` and ends at its last token (or its budget); records every event in order."""
+
+    def __init__(self, turns: dict[int, list[str]], before_step=None):
+        self.script = Script(turns)
+        self.live: dict[int, tuple[list[int], str]] = {}  # key -> (tokens still to produce, finish)
+        self.events: list[tuple] = []
+        self.steps = 0
+        self.aborted = False
+        self.before_step = before_step
+
+    def submit(self, key, context, max_tokens, stop, temperature, top_p, seed):
+        (out,) = self.script([context], [max_tokens], stop, temperature, top_p, [seed])
+        self.live[key] = (list(out.token_ids), out.finish_reason, [])
+        self.events.append(("submit", key, self.steps))
+
+    def step(self):
+        if self.before_step:
+            self.before_step(self)
+        self.steps += 1
+        ended = []
+        for key, (todo, finish, done) in list(self.live.items()):
+            if todo:
+                done.append(todo.pop(0))
+            if not todo:
+                del self.live[key]
+                ended.append((key, Completion(done, text(done), finish)))
+                self.events.append(("end", key, self.steps))
+        return ended
+
+    def pending(self):
+        return len(self.live)
+
+    def abort(self):
+        self.aborted = True
+        self.live.clear()
+
+
+def _stream(turns, prompts, max_turns=2, max_new_tokens=200, n=1, tool=None, stepper=None):
+    stepper = stepper or Steps(turns)
+    tool = tool or Lookup()
+    rows, stats = run_tool_rollout_streaming(stepper, ids, [ids(p) for p in prompts], n=n, tool=tool,
+                                             max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=1.0,
+                                             top_p=1.0, seed=7, eos_id=EOS)
+    return rows, stats, stepper, tool
+
+
+MIXED = {1: ["<search>ab</search>", "<answer>ba</answer>"], 2: ["<answer>x</answer>"],
+         3: ["<search>q</search>", "<search>r</search>", "<search>s</search>", "<answer>z</answer>"],
+         4: ["a long first turn that searches at the end <search>cd</search>", "<answer>dc</answer>"],
+         5: ["<search>abcdefghij</search>", "<answer>x</answer>"], 6: ["thinking<eos>"]}
+
+
+def test_streaming_gives_the_same_samples_as_rounds() -> None:
+    prompts = [f"Q{k}" for k in MIXED]
+    for budget in (200, 60):  # with room to answer, and with information blocks cut by the budget
+        rounds, rstats, script, _ = _run(MIXED, prompts, max_new_tokens=budget)
+        streamed, sstats, stepper, _ = _stream(MIXED, prompts, max_new_tokens=budget)
+        key = [(r.prompt_index, r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason, r.done)
+               for r in rounds]
+        assert [(r.prompt_index, r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason, r.done)
+                for r in streamed] == key
+        assert sstats.tool_calls == rstats.tool_calls and sstats.samples == rstats.samples == len(MIXED)
+        # the same per-sample, per-turn seeds as the rounds (so a seeded rollout samples the same tokens)
+        assert sorted(s for call in stepper.script.calls for s in call[2]) == sorted(
+            s for call in script.calls for s in call[2])
+
+
+def test_streaming_has_no_turn_barrier() -> None:
+    """Sample 1 searches at once; sample 2's first turn is long. Sample 1 goes to the tool and starts its
+    second turn while sample 2 is still in its first (rounds would wait for sample 2)."""
+    answered = threading.Event()
+
+    class Tool(Lookup):
+        def __call__(self, queries):
+            try:
+                return super().__call__(queries)
+            finally:
+                answered.set()
+
+    def wait_for_the_tool(stepper):  # a slow engine step: the tool thread has answered before it ends
+        if stepper.steps == 25:
+            assert answered.wait(10)
+            time.sleep(0.05)
+
+    turns = {1: ["<search>ab</search>", "<answer>ba</answer>"], 2: ["x" * 60 + "<answer>y</answer>"]}
+    rows, _, stepper, tool = _stream(turns, ["Q1", "Q2"], tool=Tool(), stepper=Steps(turns, wait_for_the_tool))
+    second_turn = [t for e, k, t in stepper.events if e == "submit" and k == 0][1]
+    first_end_of_2 = next(t for e, k, t in stepper.events if e == "end" and k == 1)
+    assert second_turn < first_end_of_2, stepper.events
+    assert stepper.steps == len(ids("x" * 60 + "<answer>y</answer>"))  # the longest sample, not a sum of turns
+    assert tool.batches == [["ab"]] and rows[0].tool_calls == 1
+
+
+def test_samples_that_end_their_turn_together_share_one_request() -> None:
+    turns = {k: [f"<search>q{k}</search>", "<answer>a</answer>"] for k in range(4)}
+    _, stats, _, tool = _stream(turns, [f"Q{k}" for k in range(4)])
+    assert tool.batches == [["q0", "q1", "q2", "q3"]] and stats.tool_calls == 4
+
+
+def test_streaming_aborts_the_engine_on_a_tool_error() -> None:
+    def broken(queries):
+        raise ConnectionError("retrieval service down")
+
+    turns = {1: ["<search>ab</search>", "<answer>ba</answer>"], 2: ["x" * 80]}
+    stepper = Steps(turns)
+    with pytest.raises(ConnectionError, match="service down"):
+        _stream(turns, ["Q1", "Q2"], tool=broken, stepper=stepper)
+    assert stepper.aborted and stepper.pending() == 0
+
+
+def test_streaming_refuses_an_engine_that_drops_a_request() -> None:
+    class Drops(Steps):
+        def step(self):
+            self.live.pop(1, None)  # sample 2's request vanishes
+            return super().step()
+
+    with pytest.raises(RuntimeError, match=r"no completion for samples \[1\]"):
+        _stream({1: ["<answer>a</answer>"], 2: ["<answer>b</answer>"]}, ["Q1", "Q2"],
+                stepper=Drops({1: ["<answer>a</answer>"], 2: ["<answer>b</answer>"]}))

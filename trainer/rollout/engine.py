@@ -19,6 +19,7 @@ Conventions shared by both engines:
 from __future__ import annotations
 
 import abc
+import copy
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,12 @@ class RolloutEngine(abc.ABC):
         :class:`trainer.rollout.tools.Completion` s; the multi-turn loop's primitive."""
         raise NotImplementedError(f"{type(self).__name__} does not support multi-turn tool rollouts")
 
+    def stepper(self) -> Any:
+        """A :class:`trainer.rollout.tools.Stepper` over this engine, or None (the default) when it cannot take
+        requests while it decodes: :meth:`generate_with_tools` then runs the loop in rounds over
+        :meth:`complete`."""
+        return None
+
     def generate_with_tools(
         self,
         prompts: list[str],
@@ -92,7 +99,7 @@ class RolloutEngine(abc.ABC):
         prompt, prompt-major; each :class:`Sample` carries its ``action_mask`` (0 on inserted tokens),
         ``turns`` and ``tool_calls``; no log-probs (the policy recomputes them). Also returns where the time
         went (``RolloutStats.as_dict``)."""
-        from trainer.rollout.tools import SearchTool, run_tool_rollout
+        from trainer.rollout.tools import SearchTool, run_tool_rollout, run_tool_rollout_streaming
 
         check_generate_args(prompts, n, temperature, 1.0 if temperature == 0 else top_p, max_new_tokens)
         tools = self.__dict__.setdefault("_tools", {})  # one client per endpoint, kept between steps
@@ -103,8 +110,16 @@ class RolloutEngine(abc.ABC):
         tool = tools[key]
         tokenizer = self.tokenizer  # type: ignore[attr-defined]
         ids = tokenize_prompts(tokenizer, prompts)
-        rows, stats = run_tool_rollout(
-            self.complete, lambda text: list(tokenizer(text, add_special_tokens=False).input_ids), ids, n=n,
+        stepper = self.stepper()
+        loop, engine = (run_tool_rollout, self.complete) if stepper is None else (run_tool_rollout_streaming, stepper)
+        tool_tokenizer = tokenizer
+        if stepper is not None:  # the streaming loop tokenizes the passages in its tool thread: its own copy, as
+            # a fast tokenizer used from two threads at once can fail ("Already borrowed")
+            if "_tool_tokenizer" not in self.__dict__:
+                self.__dict__["_tool_tokenizer"] = copy.deepcopy(tokenizer)
+            tool_tokenizer = self.__dict__["_tool_tokenizer"]
+        rows, stats = loop(
+            engine, lambda text: list(tool_tokenizer(text, add_special_tokens=False).input_ids), ids, n=n,
             tool=tool, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
             seed=seed, eos_id=tokenizer.eos_token_id)
         samples = [Sample(prompts[r.prompt_index], list(ids[r.prompt_index]), r.response,

