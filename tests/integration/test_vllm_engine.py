@@ -312,7 +312,9 @@ def test_stepper_continues_contexts_like_complete_with_requests_added_mid_flight
     them in one call; an abort leaves the engine with nothing running."""
     tok = vllm_engine.tokenizer
     contexts = [list(tok(p).input_ids) for p in PROMPTS]
-    budgets, stop = [3, MAX_NEW, 7, 12], ("e", " t")
+    budgets = [3, MAX_NEW, 7, 12]
+    plain = vllm_engine.complete(contexts, budgets, (), 0.0, 1.0, [None] * len(contexts))
+    stop = (plain[1].text[4:6],)  # a string the random model writes: the longest request stops early on it
     want = vllm_engine.complete(contexts, budgets, stop, 0.0, 1.0, [None] * len(contexts))
     assert any(c.finish_reason == "stop" for c in want) and any(c.finish_reason == "length" for c in want)
     stepper = vllm_engine.stepper()
