@@ -64,6 +64,12 @@ class Trainer:
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
         self.plan = plan(cfg, use_gpus)  # the same plan rlrun's pre-submit check validated
         self.policy = self._group(ModelWorker, self.plan.group("policy"))
+        # Engines on their own devices start now: vLLM's start-up (weights, KV cache, compilation) overlaps
+        # the models' set-up and the warm-up, and the weight-sync group forms at the first push. Colocated
+        # engines start once the models are up (they share the models' GPUs: vLLM sizes its memory from
+        # what is free when it starts).
+        self.engines: list[Any] = [] if self.plan.engines.colocated else self._start_engines()
+        self.sync_backend: str | None = None
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
@@ -83,8 +89,9 @@ class Trainer:
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
-        self.engines = self._start_engines()
-        self.sync_backend = self._init_weight_sync()
+        if self.plan.engines.colocated:
+            self.engines = self._start_engines()
+            self.sync_backend = self._init_weight_sync()
         # colocated vLLM on GPUs: engines release their memory between generate and the next sync
         self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
@@ -411,6 +418,8 @@ class Trainer:
         Returns the bytes of weights handed over."""
         import ray
 
+        if self.sync_backend is None:  # the engines' start-up overlapped the warm-up; they are needed now
+            self.sync_backend = self._init_weight_sync()
         if self.sync_backend == "safetensors":
             blob = to_safetensors_bytes(self.policy.run("full_state")[0])
             ray.get([engine.update_weights.remote(blob) for engine in self.engines])
