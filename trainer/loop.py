@@ -63,7 +63,11 @@ class Trainer:
         self.reward = make_reward(cfg)
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
         self.plan = plan(cfg, use_gpus)  # the same plan rlrun's pre-submit check validated
+        # Every model group reserves its placement group first, in the plan's order, so the engines (which
+        # take their devices without one) cannot take a device a model group's placement needs.
         self.policy = self._group(ModelWorker, self.plan.group("policy"))
+        self.ref = self._group(ModelWorker, self.plan.group("reference")) if self.plan.group("reference") else None
+        self.critic = self._group(CriticWorker, self.plan.group("critic")) if self.plan.group("critic") else None
         # Engines on their own devices start now: vLLM's start-up (weights, KV cache, compilation) overlaps
         # the models' set-up and the warm-up, and the weight-sync group forms at the first push. Colocated
         # engines start once the models are up (they share the models' GPUs: vLLM sizes its memory from
@@ -76,14 +80,10 @@ class Trainer:
                         grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
                         adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
                         l2=cfg.l2, max_norm=cfg.max_norm, **model_args)
-        self.ref = None
-        if self.plan.group("reference"):
-            self.ref = self._group(ModelWorker, self.plan.group("reference"))
+        if self.ref is not None:
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
                          **model_args)
-        self.critic = None
-        if self.plan.group("critic"):
-            self.critic = self._group(CriticWorker, self.plan.group("critic"))
+        if self.critic is not None:
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
                             micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
