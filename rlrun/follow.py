@@ -30,7 +30,8 @@ from trainer.metrics import parse_log_line
 REWARD_KEY = "reward/mean"
 # What the progress line shows, when the step logged it (search rollouts: the share of samples that
 # searched, turns per sample, exact match).
-SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns", "kl/mean")
+SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns", "kl/mean", "async/staleness",
+                "rollout/logprob_mismatch", "dynamic_filtering/filtered_share", "eval/score")
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Ray's prefix of a worker's line, e.g. "(VllmEngine pid=20508, ip=10.0.0.2) ", possibly nested.

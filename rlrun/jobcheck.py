@@ -86,7 +86,8 @@ def _gpu_arithmetic(cfg: TrainerConfig) -> str:
                                        ("critic", "critic", cfg.needs_critic, cfg.critic_world_size)):
         if present:
             nodes, per = getattr(cfg, f"{role}_num_nodes"), getattr(cfg, f"{role}_num_gpus_per_node")
-            (shared if cfg.colocate_all_models else parts).append(f"{name} {nodes} x {per} = {world}")
+            on_actor = cfg.colocate_all_models or (cfg.colocate_actor_ref and role == "ref")
+            (shared if on_actor else parts).append(f"{name} {nodes} x {per} = {world}")
     if cfg.rollout_backend == "vllm":
         engines = (f"vLLM {cfg.vllm_num_engines} engines x TP {cfg.vllm_tensor_parallel_size} = "
                    f"{cfg.vllm_total_gpus}")
@@ -95,7 +96,8 @@ def _gpu_arithmetic(cfg: TrainerConfig) -> str:
     (shared if cfg.colocate_all_models else parts).append(engines)
     text = " + ".join(parts)
     if shared:
-        text += f" (with {', '.join(shared)} on the actor's GPUs: --colocate_all_models)"
+        flag = "--colocate_all_models" if cfg.colocate_all_models else "--colocate_actor_ref"
+        text += f" (with {', '.join(shared)} on the actor's GPUs: {flag})"
     return text
 
 
@@ -106,8 +108,9 @@ def _fits(free: list[float], req: Request) -> int:
 
 
 def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
-    """Place the requests node by node (PACK groups onto the emptiest nodes first, each engine on one
-    node); the problems name what did not fit and what was free."""
+    """Place the placement groups node by node, as Ray does: PACK groups onto the emptiest nodes first (their
+    bundles may spread), STRICT_PACK groups (an engine's TP workers) whole onto one node; the problems name
+    what did not fit and what was free."""
     free = {n.ip: [n.cpus, n.gpus] for n in nodes}
     problems = []
 
@@ -119,34 +122,35 @@ def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
 
     for req in reqs:
         order = sorted(free, key=lambda ip: (-free[ip][1], -free[ip][0]))
-        if req.bundles:
-            taken, left = {}, req.count
-            for ip in order:
-                take = min(_fits(free[ip], req), left)
-                if take:
-                    taken[ip], left = take, left - take
-            if left:
-                problems.append(f"{req.what}: {req.count} bundles of {{{need_text(req)}}} do not fit, only "
-                                f"{req.count - left} do; free then: {free_text()}")
-                continue
-            for ip, n in taken.items():
-                free[ip][0] -= n * req.cpu
-                free[ip][1] -= n * req.gpu
-            continue
-        for i in range(req.count):
-            ip = next((ip for ip in order if _fits(free[ip], req) >= 1), None)
+        if req.strict:
+            ip = next((ip for ip in order if _fits(free[ip], req) >= req.count), None)
             if ip is None:
-                problems.append(f"{req.what} {i + 1} of {req.count} needs {need_text(req)} on one node; free "
-                                f"then: {free_text()}")
-                break
-            free[ip][0] -= req.cpu
-            free[ip][1] -= req.gpu
+                total = Request(req.what, 1, req.cpu * req.count, req.gpu * req.count)
+                problems.append(f"{req.what}: {req.count} bundles ({need_text(total)} in all) must share one node; "
+                                f"none has room, free then: {free_text()}")
+                continue
+            free[ip][0] -= req.count * req.cpu
+            free[ip][1] -= req.count * req.gpu
+            continue
+        taken, left = {}, req.count
+        for ip in order:
+            take = min(_fits(free[ip], req), left)
+            if take:
+                taken[ip], left = take, left - take
+        if left:
+            problems.append(f"{req.what}: {req.count} bundles of {{{need_text(req)}}} do not fit, only "
+                            f"{req.count - left} do; free then: {free_text()}")
+            continue
+        for ip, n in taken.items():
+            free[ip][0] -= n * req.cpu
+            free[ip][1] -= n * req.gpu
     return problems
 
 
 def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
     gpus = uses_gpus(view, expects_gpus)
-    reqs = plan(cfg, gpus).requests()
+    the_plan = plan(cfg, gpus)
+    reqs = the_plan.requests()
     need_cpu = sum(r.count * r.cpu for r in reqs)
     need_gpu = sum(r.count * r.gpu for r in reqs)
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)
@@ -170,6 +174,13 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
         report.problems.append(f"a vLLM engine runs on one node: --vllm_tensor_parallel_size "
                                f"{cfg.vllm_tensor_parallel_size} needs {cfg.vllm_tensor_parallel_size} GPUs "
                                f"on one node, the largest node has {max_node_gpus:g}")
+    # what each engine process asks of its bundle (vLLM's TP workers included): the job's own asks
+    engine_asks = [a for a in the_plan.asks() if "engine" in a.who]
+    if gpus and engine_asks:
+        shown = engine_asks[:1] + [a for a in engine_asks if "TP worker" in a.who][:1]
+        report.lines.append("engine asks: " + "; ".join(a.describe() for a in shown)
+                            + (f" (x{the_plan.engines.count} engines)" if the_plan.engines.count > 1 else ""))
+    report.problems += [f"placement plan: {p}" for p in the_plan.overcommitted()]
     if totals_ok:
         report.problems += place(view.nodes, reqs)
     if gpus:

@@ -26,6 +26,7 @@ class Experience:
     values: torch.Tensor | None = None  # [B, R], critic V(s_t) at rollout time (gae)
     returns: torch.Tensor | None = None  # [B, R], the critic's targets (gae)
     scores: torch.Tensor | None = None  # [B]
+    rollout_logprobs: torch.Tensor | None = None  # [B, R], the engines' log-probs of the sampled tokens
 
     @property
     def num_actions(self) -> int:
@@ -36,7 +37,7 @@ class Experience:
         idx = torch.as_tensor(index, dtype=torch.long)
         out = {"input_ids": self.input_ids[idx], "attention_mask": self.attention_mask[idx],
                "action_mask": self.action_mask[idx]}
-        for name in ("old_logprobs", "ref_logprobs", "advantages", "values", "returns"):
+        for name in ("old_logprobs", "ref_logprobs", "advantages", "values", "returns", "rollout_logprobs"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value[idx]
@@ -75,6 +76,18 @@ def build_experience(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence
             mask = action_masks[i] if action_masks is not None else None
             action[i, :len(r)] = 1.0 if mask is None else torch.tensor(mask, dtype=torch.float32)
     return Experience(input_ids, attention, action)
+
+
+def pad_right(rows: Sequence[Sequence[float]], width: int, value: float = 0.0) -> torch.Tensor:
+    """``[len(rows), width]`` float32, each row's values from the left, ``value`` after them (the response
+    layout of :func:`build_experience`); a row longer than ``width`` is an error."""
+    out = torch.full((len(rows), width), value, dtype=torch.float32)
+    for i, row in enumerate(rows):
+        if len(row) > width:
+            raise ValueError(f"row {i} has {len(row)} values for {width} response columns")
+        if row:
+            out[i, :len(row)] = torch.tensor(list(row), dtype=torch.float32)
+    return out
 
 
 def shard(n: int, parts: int) -> list[list[int]]:

@@ -11,33 +11,29 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from trainer.actors.critic_worker import CriticWorker
-from trainer.actors.group import ActorGroup, GroupSpec
+from trainer.actors.group import ActorGroup, GroupSpec, bundle_nodes
 from trainer.actors.model_worker import ModelWorker
 from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
-from trainer.experience import Experience, build_experience, shard
-from trainer.losses import PolicyObjective, compute_kl, masked_mean
+from trainer.engines import Engines
+from trainer.experience import Experience, build_experience, pad_right, shard
+from trainer.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
+from trainer.rollouts import AsyncRollouts, Rollout, SyncRollouts
 from trainer.schedule import learning_rate
-from trainer.sync import to_safetensors_bytes
+from trainer.weight_sync import make_weight_sync
 
 log = logging.getLogger("trainer")
 
-# Where the engines' retrieval client finds its bearer token (trainer.retrieval.client: the token, else
-# the file); handed from the job's driver to the engine actors.
-# The retrieval token's value, when the driver has it, goes to the engines; a token *file* never does: its path
-# is per node (the cluster role's RLRUN_RETRIEVER_TOKEN_FILE in every node's Ray environment), and each engine
-# reads its own node's.
-RETRIEVER_TOKEN_ENV = ("RLRUN_RETRIEVER_TOKEN",)
 
 
 def make_reward(cfg):
@@ -63,8 +59,8 @@ class Trainer:
         self.reward = make_reward(cfg)
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
         self.plan = plan(cfg, use_gpus)  # the same plan rlrun's pre-submit check validated
-        # Every model group reserves its placement group first, in the plan's order, so the engines (which
-        # take their devices without one) cannot take a device a model group's placement needs.
+        # Every model group reserves its placement group first, in the plan's order, then the engines on devices
+        # of their own reserve theirs: none can take a device another's placement needs.
         self.policy = self._group(ModelWorker, self.plan.group("policy"))
         self.ref = self._group(ModelWorker, self.plan.group("reference")) if self.plan.group("reference") else None
         self.critic = self._group(CriticWorker, self.plan.group("critic")) if self.plan.group("critic") else None
@@ -72,8 +68,7 @@ class Trainer:
         # the models' set-up and the warm-up, and the weight-sync group forms at the first push. Colocated
         # engines start once the models are up (they share the models' GPUs: vLLM sizes its memory from
         # what is free when it starts).
-        self.engines: list[Any] = [] if self.plan.engines.colocated else self._start_engines()
-        self.sync_backend: str | None = None
+        self.engines: Engines | None = None if self.plan.engines.colocated else Engines(cfg, self.plan)
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
@@ -89,12 +84,17 @@ class Trainer:
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
-        if self.plan.engines.colocated:
-            self.engines = self._start_engines()
-            self.sync_backend = self._init_weight_sync()
+        if self.engines is None:
+            self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
+        self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
+        if self.plan.weight_transport != "broadcast":  # the broadcast group says so when it forms
+            print(f"weight sync: {self.weight_sync.describe()}", flush=True)
         # colocated vLLM on GPUs: engines release their memory between generate and the next sync
         self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
+        self._wake_need: dict[str, int] = {}
         self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
+        self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (checkpoints)
+        self.rollouts: SyncRollouts | AsyncRollouts = SyncRollouts(self)
         self.total_train_steps = cfg.total_train_steps(len(self.prompts))
         self.opt_step = 0  # optimizer steps taken: the position in the LR schedule (checkpointed)
         self.norm = RunningMeanStd() if cfg.normalize_reward else None
@@ -112,52 +112,8 @@ class Trainer:
         """An actor group as the plan places it (in the policy's placement group when colocated)."""
         spec = GroupSpec(group.name, group.num_nodes, group.gpus_per_node, group.use_gpus,
                          gpus_per_actor=group.gpus_per_actor, cpus_per_actor=group.cpus_per_actor)
-        return ActorGroup(worker_cls, spec, pg=self.policy.pg if group.in_policy_group else None)
-
-    def _start_engines(self) -> list[Any]:
-        """The rollout engines as the plan places them: own actors of TP GPUs, or on the policy's bundles."""
-        import ray
-
-        cfg, ep = self.cfg, self.plan.engines
-        if ep.backend == "vllm":
-            from trainer.rollout.vllm_engine import VllmEngine as engine_cls
-
-            kwargs = dict(tensor_parallel_size=ep.tp, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                          enable_prefix_caching=cfg.enable_prefix_caching, enable_sleep=cfg.vllm_enable_sleep,
-                          enforce_eager=cfg.enforce_eager, seed=cfg.seed,
-                          # new weights always arrive before the next generate: sleeping drops the old ones
-                          sleep_level=2,
-                          # a prompt and its response at most: a smaller graph capture, no oversized KV rows
-                          max_model_len=cfg.max_sequence_len,
-                          # the policy's dtype: samples come from the weights that are trained
-                          dtype="bfloat16" if cfg.bf16 else "float32")
-        else:
-            from trainer.rollout.hf_engine import HfEngine as engine_cls
-
-            kwargs = {}
-        # the engines call their node's retrieval service (RETRIEVER_TOKEN_ENV says which token they get from here)
-        tool_env = {k: os.environ[k] for k in RETRIEVER_TOKEN_ENV if cfg.multi_turn and os.environ.get(k)}
-        if not ep.colocated:
-            remote = ray.remote(engine_cls).options(num_cpus=ep.cpus, num_gpus=ep.gpus,
-                                                    **({"runtime_env": {"env_vars": tool_env}} if tool_env else {}))
-            return [remote.remote(cfg.pretrain, **kwargs) for _ in range(ep.count)]
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        engines = []
-        for i in range(ep.count):
-            bundles = ep.bundles(i)
-            options: dict[str, Any] = dict(num_cpus=0, num_gpus=ep.gpus, scheduling_strategy=(
-                PlacementGroupSchedulingStrategy(placement_group=self.policy.pg,
-                                                 placement_group_bundle_index=bundles[0])))
-            engine_kwargs = dict(kwargs)
-            env_vars = dict(tool_env)
-            if ep.tp > 1:  # vLLM's Ray executor starts the TP workers on these bundles of the same group
-                env_vars["VLLM_RAY_BUNDLE_INDICES"] = ",".join(map(str, bundles))
-                engine_kwargs["distributed_executor_backend"] = "ray"
-            if env_vars:
-                options["runtime_env"] = {"env_vars": env_vars}
-            engines.append(ray.remote(engine_cls).options(**options).remote(cfg.pretrain, **engine_kwargs))
-        return engines
+        return ActorGroup(worker_cls, spec, pg=self.policy.pg if group.in_policy_group else None,
+                          placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
 
     # --- supervised warm-up ----------------------------------------------------------------------------
 
@@ -207,23 +163,25 @@ class Trainer:
     # --- one RL step ---------------------------------------------------------------------------------
 
     def step(self) -> dict[str, float]:
-        """generate -> score -> advantages -> train -> sync -> metrics, for one rollout batch."""
+        """generate -> score -> advantages -> train -> sync -> metrics, for one rollout batch (made now, or
+        ahead of training with --async_train: trainer.rollouts)."""
         cfg = self.cfg
         self.timer.times.clear()
-        prompts = self.sampler.next_batch()
         self.step_no += 1
-        with self.timer("generate"):
-            samples = self.generate([p.text for p in prompts])
+        t0 = time.perf_counter()
+        rollout = self.rollouts.next(self.step_no)  # prompts drawn, generated, scored (and filtered)
         if self._sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
             with self.timer("sleep"):
                 freed = self.sleep_engines()
         with self.timer("make_experience"):
-            exp, extra = self.make_experience(prompts, samples)
+            exp, extra = self.make_experience(rollout)
         with self.timer("train"):
             train_metrics = self.train(exp)
         with self.timer("sync"):
-            synced = self.sync_weights()
-        metrics = {**extra, **train_metrics, **self.timer.times, "sync/gib": synced / 2**30}
+            synced = self.rollouts.push(self.sync_weights)
+        self.sampler_state = rollout.sampler_state
+        metrics = {**rollout.metrics, **extra, **train_metrics, **self.timer.times, "sync/gib": synced / 2**30,
+                   "timing/step": time.perf_counter() - t0}
         if self._sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
         if self.step_no % cfg.logging_steps == 0:
@@ -232,46 +190,25 @@ class Trainer:
             self.save_checkpoint()
         return metrics
 
-    def generate(self, texts: list[str]):
-        import ray
+    def generate_batch(self, texts: list[str], seed: int) -> tuple[list, list[dict[str, float]]]:
+        """Samples of ``texts`` from the engines, with the engines' log-probs of them (unless
+        --skip_rollout_logprobs), and for multi-turn search rollouts (--retriever_url) each engine's time
+        split."""
+        self.engines.wait_ready()
+        if self.cfg.multi_turn:
+            return self.engines.generate_with_tools(texts, seed=seed)
+        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs), []
 
-        cfg = self.cfg
-        parts = shard(len(texts), len(self.engines))
-        if cfg.multi_turn:
-            return self.generate_with_tools(texts, parts)
-        refs = [engine.generate.remote([texts[i] for i in idx], n=cfg.n_samples_per_prompt,
-                                       temperature=cfg.temperature, top_p=cfg.top_p,
-                                       max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no,
-                                       logprobs=False)  # the policy recomputes them
-                for engine, idx in zip(self.engines, parts, strict=True) if idx]
-        return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
-
-    def generate_with_tools(self, texts: list[str], parts: list[list[int]]):
-        """Multi-turn search rollouts: each engine runs the turn loop in its own process, so it asks the
-        retrieval service of its node (``{node_ip}`` in --retriever_url); see trainer.rollout.tools.
-        Keeps the engines' time split (``self.rollout_stats``) for the step's metrics."""
-        import ray
-
-        cfg = self.cfg
-        refs = [engine.generate_with_tools.remote(
-                    [texts[i] for i in idx], n=cfg.n_samples_per_prompt, temperature=cfg.temperature,
-                    top_p=cfg.top_p, max_new_tokens=cfg.generate_max_len, seed=cfg.seed + self.step_no,
-                    retriever_url=cfg.retriever_url, retriever_topk=cfg.retriever_topk, max_turns=cfg.max_turns,
-                    retriever_timeout=cfg.retriever_timeout, retriever_retries=cfg.retriever_retries)
-                for engine, idx in zip(self.engines, parts, strict=True) if idx]
-        results = ray.get(refs)
-        self.rollout_stats = [stats for _, stats in results]
-        return [s for chunk, _ in results for s in chunk]
+    def score(self, prompts, samples):
+        """The rewards of one rollout (RewardBatch), by the remote service or the local function."""
+        n = self.cfg.n_samples_per_prompt
+        labels = [p.label for p in prompts for _ in range(n)]
+        return self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
 
     def sleep_engines(self) -> int:
         """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed. What
         the engines freed on each GPU, summed, is what waking them needs back there (``_wake_need``)."""
-        import ray
-
-        self._wake_need: dict[str, int] = {}
-        for freed in ray.get([engine.sleep.remote() for engine in self.engines]):
-            for device, nbytes in freed.items():
-                self._wake_need[device] = self._wake_need.get(device, 0) + nbytes
+        self._wake_need = self.engines.sleep()
         return sum(self._wake_need.values())
 
     def make_room_for_engines(self) -> bool:
@@ -282,28 +219,34 @@ class Trainer:
 
         groups = [g for g in (self.policy, self.ref, self.critic) if g is not None]
         free = ray.get([ref for g in groups for ref in g.async_run("device_free")])
-        if not needs_room(free, getattr(self, "_wake_need", {})):
+        if not needs_room(free, self._wake_need):
             return False
         ray.get([ref for g in groups for ref in g.async_run("empty_cache")])
         return True
 
-    def make_experience(self, prompts, samples) -> tuple[Experience, dict[str, float]]:
+    def make_experience(self, rollout: Rollout) -> tuple[Experience, dict[str, float]]:
         import ray
 
         cfg = self.cfg
+        samples = rollout.samples
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # --state_masking: the tool's tokens stay in the sequences but are no actions (no loss, KL, values)
         masks = [s.action_mask for s in samples] if cfg.state_masking else None
         exp = build_experience([s.prompt_token_ids for s in samples], [s.response_token_ids for s in samples], pad,
                                masks)
-        # The models' forwards run at once (own processes, possibly one GPU) while the rewards are computed.
+        if not cfg.skip_rollout_logprobs:
+            missing = sum(s.logprobs is None for s in samples)
+            if missing:
+                raise RuntimeError(f"{missing} of {len(samples)} samples came back without the engine's log-probs; "
+                                   "the engines were asked for them (--skip_rollout_logprobs to go without)")
+            exp.rollout_logprobs = pad_right([s.logprobs for s in samples], exp.num_actions)
+        # The models' forwards run at once (own processes, possibly one GPU).
         forwards = {"old_logprobs": self._per_rank(self.policy, "batch_logprobs", exp)}
         if self.ref is not None:
             forwards["ref_logprobs"] = self._per_rank(self.ref, "batch_logprobs", exp)
         if self.critic is not None:
             forwards["values"] = self._per_rank(self.critic, "batch_values", exp)
-        labels = [p.label for p in prompts for _ in range(cfg.n_samples_per_prompt)]
-        rewards = self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
+        rewards = rollout.rewards
         raw = torch.tensor(rewards.rewards, dtype=torch.float32)
         scores = normalize_reward(raw, self.norm) if self.norm is not None else raw
         for name, refs in forwards.items():
@@ -326,10 +269,12 @@ class Trainer:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:
             extra["kl/mean"] = masked_mean(kl, exp.action_mask).item()
+        if exp.rollout_logprobs is not None:
+            extra.update(rollout_mismatch(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask))
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items()
                       if k in ("accuracy", "n_timeout", "exact_match", "f1")})
         if cfg.multi_turn:
-            extra.update(tool_metrics(samples, getattr(self, "rollout_stats", [])))
+            extra.update(tool_metrics(samples, rollout.tool_stats))
         return exp, extra
 
     @staticmethod
@@ -379,66 +324,22 @@ class Trainer:
                 self.opt_step += 1
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
-    def _init_weight_sync(self) -> str:
-        """How the weights reach the engines, as the plan says; returns the transport for the logs.
-
-        - ``shared`` (engines colocated with the policy): in place from the policy ranks' memory, CUDA IPC
-          on GPUs (NCCL cannot pair two processes on one GPU), ``/dev/shm`` without; nothing to set up.
-        - ``broadcast`` (engines on their own GPUs): a group of policy rank 0 (the sender) and every engine's
-          TP workers, NCCL on GPUs as --vllm_sync_backend says, gloo without GPUs.
-        - ``safetensors`` (the HF engine): safetensors bytes through Ray."""
-        import ray
-
-        cfg, transport = self.cfg, self.plan.weight_transport
-        if transport == "safetensors":
-            return transport
-        if transport == "shared":
-            kind = "CUDA IPC" if self.plan.use_gpus else "/dev/shm"
-            print(f"weight sync: in place ({kind}) into {len(self.engines)} colocated engine(s), buckets of "
-                  f"{cfg.sync_bucket_bytes / 2**20:g} MiB", flush=True)
-            return transport
-        backend = cfg.vllm_sync_backend if self.plan.use_gpus else "gloo"
-        if backend != cfg.vllm_sync_backend:
-            print(f"weight sync: --vllm_sync_backend {cfg.vllm_sync_backend} needs GPUs; this cluster has none, "
-                  "so gloo", flush=True)
-        tp = self.plan.engines.tp
-        world = 1 + len(self.engines) * tp
-        addr, port = ray.get(self.policy.actors[0].rendezvous_address.remote())
-        joins = [engine.init_weight_sync_group.remote(addr, port, 1 + i * tp, world, backend)
-                 for i, engine in enumerate(self.engines)]
-        ray.get([self.policy.actors[0].init_weight_sync.remote(addr, port, world, backend), *joins])
-        print(f"weight sync: {backend} broadcast group of {world} (policy rank 0 + {len(self.engines)} engines "
-              f"x TP {tp}) at {addr}:{port}", flush=True)
-        return backend
-
     def sync_weights(self) -> int:
-        """Policy -> engines: the gathered ZeRO-3 weights, a bucket at a time (in place for colocated
-        engines, broadcast to the others; safetensors bytes to the HF engine); sleeping engines wake their
-        weights first and their KV cache once the weights are in; the engines reset their prefix cache.
-        Returns the bytes of weights handed over."""
-        import ray
-
-        if self.sync_backend is None:  # the engines' start-up overlapped the warm-up; they are needed now
-            self.sync_backend = self._init_weight_sync()
-        if self.sync_backend == "safetensors":
-            blob = to_safetensors_bytes(self.policy.run("full_state")[0])
-            ray.get([engine.update_weights.remote(blob) for engine in self.engines])
-            return len(blob)
+        """Policy -> engines through the plan's transport (:mod:`trainer.weight_sync`); sleeping engines wake
+        their weights first (their KV cache once the weights are in), and the engines reset their prefix
+        cache. Returns the bytes of weights handed over."""
+        self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now
         if self._sleeps:  # the weights' memory back (contents undefined until the push below)
             self.make_room_for_engines()
-            ray.get([engine.wake_up.remote(tags=["weights"]) for engine in self.engines])
-        bucket_bytes = self.cfg.sync_bucket_bytes
-        if self.sync_backend == "shared":
-            return ray.get(self.policy.async_run("push_weights_shared", self.engines, bucket_bytes))[0]
-        receives = [engine.receive_weights.remote() for engine in self.engines]
-        return ray.get(self.policy.async_run("broadcast_weights", bucket_bytes) + receives)[0]
+            self.engines.wake(tags=["weights"])
+        return self.weight_sync.push()
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
     def save_checkpoint(self) -> None:
         cfg = self.cfg
         tag = f"global_step{self.step_no}"
-        client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler.state_dict(),
+        client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler_state,
                   "norm": self.norm.state_dict() if self.norm else None}
         self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
         if self.critic is not None:
@@ -463,6 +364,7 @@ class Trainer:
         self.step_no = client["step"]
         self.opt_step = client.get("opt_step", 0)
         self.sampler.load_state_dict(client["sampler"])
+        self.sampler_state = self.sampler.state_dict()
         if self.norm is not None and client.get("norm"):
             self.norm.load_state_dict(client["norm"])
         self.sync_weights()
@@ -475,23 +377,23 @@ class Trainer:
         total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
         self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator,
                           sft_warmup_steps=cfg.sft_warmup_steps)
-        while self.sampler.episode < self.cfg.num_episodes and self.step_no < total:
-            self.step()
+        if cfg.async_train:  # rollouts made ahead of training, at most --max_staleness versions old
+            self.rollouts = AsyncRollouts(self, self.step_no + 1, total, cfg.max_staleness)
+        try:
+            # async: the producer draws ahead, so the step count alone ends the run
+            while self.step_no < total and (cfg.async_train or self.sampler.episode < cfg.num_episodes):
+                self.step()
+        finally:
+            self.rollouts.close()
         self.policy.run("save_hf", self.cfg.save_path)
         self.tokenizer.save_pretrained(self.cfg.save_path)
         if self.critic is not None:  # as OpenRLHF: next to the policy, "<save_path>_critic"
             self.critic.run("save_hf", f"{self.cfg.save_path.rstrip('/')}_critic")
 
     def shutdown(self) -> None:
-        import ray
-
         self.metrics.close()
-        for engine in self.engines:
-            try:
-                ray.get(engine.shutdown.remote(), timeout=60)
-            except Exception as exc:  # noqa: BLE001 (shutting down regardless)
-                log.warning("engine shutdown: %s", exc)
-            ray.kill(engine)
+        if self.engines is not None:
+            self.engines.shutdown()
         for group in (self.critic, self.ref, self.policy):
             if group is not None:
                 group.shutdown()

@@ -151,6 +151,65 @@ def policy_loss(
     return _reduce(-objective, action_mask, reduction), clip_frac
 
 
+IS_CORRECTIONS = ("none", "tis", "icepop", "seq-mask-tis")
+
+
+def is_correction_weights(
+    old_logp: torch.Tensor,
+    rollout_logp: torch.Tensor,
+    action_mask: torch.Tensor,
+    kind: str,
+    low: float,
+    high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token weights that correct for sampling with the engine's policy (``rollout_logp``, vLLM's own
+    numerics or an older version of the weights) while the loss is computed for the trainer's
+    (``old_logp``), on the ratio ``r = exp(old_logp - rollout_logp)`` (OpenRLHF 0.11's formula):
+
+    - ``tis`` (truncated importance sampling; token level, OpenRLHF's ``clip`` mode): ``w = clamp(r, low, high)``;
+    - ``icepop`` (token level, ``mask``): ``w = r`` where ``low <= r <= high``, else 0 (the token is dropped);
+    - ``seq-mask-tis`` (sequence level, ``mask``): a sequence whose geometric-mean ratio (``exp`` of the
+      masked mean of ``old_logp - rollout_logp``) lies outside ``[low, high]`` is dropped; the others keep
+      their per-token ``r``;
+    - ``none``: 1.
+
+    Returns ``(weights, filtered)``: ``weights`` detached, ``[B, R]``; ``filtered`` the share of action tokens
+    (token level) or of sequences (``seq-mask-tis``) outside the band."""
+    if kind not in IS_CORRECTIONS:
+        raise ValueError(f"unknown IS correction {kind!r}; expected one of {', '.join(IS_CORRECTIONS)}")
+    if not 0 <= low <= high:
+        raise ValueError(f"IS correction band [{low}, {high}]: expected 0 <= low <= high")
+    mask = action_mask.to(torch.float32)
+    if kind == "none":
+        return torch.ones_like(mask), torch.zeros((), dtype=torch.float32)
+    log_ratio = (old_logp.float() - rollout_logp.float()).detach()
+    ratio = log_ratio.exp()
+    if kind == "tis":
+        filtered = ((ratio < low) | (ratio > high)).float()
+        return ratio.clamp(min=low, max=high) * mask, masked_mean(filtered, mask)
+    if kind == "icepop":
+        keep = (ratio >= low) & (ratio <= high)
+        return torch.where(keep, ratio, 0.0) * mask, masked_mean((~keep).float(), mask)
+    seq = masked_mean(log_ratio, mask, dim=-1).exp().unsqueeze(-1)  # seq-mask-tis
+    keep = (seq >= low) & (seq <= high)
+    return torch.where(keep, ratio, 0.0) * mask, (~keep).float().mean()
+
+
+def rollout_mismatch(old_logp: torch.Tensor, rollout_logp: torch.Tensor,
+                     action_mask: torch.Tensor) -> dict[str, float]:
+    """How far the engine's log-probs of the sampled tokens are from the trainer's: ``rollout/logprob_mismatch``
+    (mean |rollout - policy| over action tokens), ``rollout/logprob_mismatch_max``, and
+    ``rollout/logprob_kl``, the k3 estimate of KL(rollout || policy) from the rollout's own samples
+    (``r - 1 - log r`` with ``r = exp(policy - rollout)``; >= 0, 0 when they agree)."""
+    mask = action_mask.to(torch.float32)
+    diff = old_logp.float() - rollout_logp.float()
+    absdiff = diff.abs() * mask
+    k3 = (diff.exp() - 1 - diff) * mask
+    return {"rollout/logprob_mismatch": masked_mean(diff.abs(), mask).item(),
+            "rollout/logprob_mismatch_max": absdiff.max().item() if mask.any() else 0.0,
+            "rollout/logprob_kl": masked_mean(k3, mask).item()}
+
+
 @dataclass(frozen=True)
 class PolicyObjective:
     """What the policy's training loss is: the one description the trainer hands to every policy rank.
@@ -166,8 +225,13 @@ class PolicyObjective:
     kl_loss_coef: float = 0.0  # weight of the KL loss term; 0: the KL is not a loss (reward penalty or none)
     kl_estimator: str = "k1"  # estimator of that loss term (--kl_estimator)
     reduction: Reduction = "token"
+    is_correction: str = "none"  # rollout/train mismatch correction (is_correction_weights)
+    is_low: float = 0.5
+    is_high: float = 5.0
 
     def __post_init__(self) -> None:
+        if self.is_correction not in IS_CORRECTIONS:
+            raise ValueError(f"unknown IS correction {self.is_correction!r}; expected one of {IS_CORRECTIONS}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; expected one of {sorted(KL_ESTIMATORS)}")
         if self.dual_clip is not None and not self.dual_clip > 1:
@@ -176,8 +240,10 @@ class PolicyObjective:
     @classmethod
     def from_config(cls, cfg: Any) -> PolicyObjective:
         """The objective of a validated ``TrainerConfig``."""
+        low, high = cfg.is_correction_threshold
         return cls(eps_clip_low=cfg.eps_clip_low, eps_clip_high=cfg.eps_clip_high, dual_clip=cfg.dual_clip,
-                   kl_loss_coef=cfg.kl_loss_coef, kl_estimator=cfg.kl_estimator)  # fmt: skip
+                   kl_loss_coef=cfg.kl_loss_coef, kl_estimator=cfg.kl_estimator, is_correction=cfg.is_correction,
+                   is_low=low, is_high=high)  # fmt: skip
 
 
 def policy_objective(
@@ -187,21 +253,36 @@ def policy_objective(
     action_mask: torch.Tensor,
     ref_logp: torch.Tensor | None,
     objective: PolicyObjective,
+    rollout_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The policy's loss for one micro-batch: the clipped surrogate plus ``kl_loss_coef * kl_loss``.
+    """The policy's loss for one micro-batch: the clipped surrogate, each token's term weighted by the
+    rollout/train importance correction (:func:`is_correction_weights`, ``--is_correction``), plus
+    ``kl_loss_coef * kl_loss``.
 
     Returns ``(total, metrics)``; metrics ``loss/policy``, ``policy/clip_frac``, with a dual clip
-    ``policy/dual_clip_frac``, with a KL loss ``loss/kl`` (the unweighted estimate), all detached.
-    A KL loss without ``ref_logp`` is an error: silently training without it would disagree with the config.
+    ``policy/dual_clip_frac``, with a KL loss ``loss/kl`` (the unweighted estimate), with an IS correction
+    ``policy/is_filtered`` (the share outside the band) and ``policy/is_weight`` (the mean weight), all
+    detached. A KL loss without ``ref_logp``, or an IS correction without ``rollout_logp``, is an error:
+    silently training without it would disagree with the config.
     """
     o = objective
     surrogate, ratio_bound, dual_bound = _surrogate(logp, old_logp, advantages, o.eps_clip_low, o.eps_clip_high,
                                                     o.dual_clip)  # fmt: skip
+    weights = None
+    if o.is_correction != "none":
+        if rollout_logp is None:
+            raise ValueError(f"the objective corrects with {o.is_correction} but the batch has no rollout log-probs")
+        weights, filtered = is_correction_weights(old_logp, rollout_logp, action_mask, o.is_correction, o.is_low,
+                                                  o.is_high)
+        surrogate = surrogate * weights.to(surrogate.dtype)
     loss = _reduce(-surrogate, action_mask, o.reduction)
     metrics = {"loss/policy": loss.detach(),
                "policy/clip_frac": masked_mean(ratio_bound.to(loss.dtype), action_mask).detach()}  # fmt: skip
     if o.dual_clip is not None:
         metrics["policy/dual_clip_frac"] = masked_mean(dual_bound.to(loss.dtype), action_mask).detach()
+    if weights is not None:
+        metrics["policy/is_filtered"] = filtered.detach()
+        metrics["policy/is_weight"] = masked_mean(weights, action_mask.to(weights.dtype)).detach()
     total = loss
     if o.kl_loss_coef:
         if ref_logp is None:

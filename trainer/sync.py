@@ -9,10 +9,14 @@ Two ways to move a policy's weights into the engines:
   into flat per-dtype buffers of at most ``bucket_bytes`` (:func:`pack_buckets`): one broadcast per bucket
   instead of one per tensor (0.70 s -> 0.027 s for a 0.5B model on H200s, see notes/gpu-machine.md).
 
-Wire protocol of :func:`broadcast_buckets` / :func:`iter_received_buckets` (all from ``src``): for each
-bucket an int64 header length, the JSON header (dtype, manifest) as uint8, then the buffer's bytes; a header
-length of 0 ends the stream. Receivers therefore need no metadata in advance, and a sender can stream
-buckets as it gathers them (:func:`gather_zero3_params` + :func:`iter_buckets`) without holding the model.
+Wire protocol of :func:`broadcast_buckets` / :func:`iter_received_buckets` (all from ``src``): first the
+stream's plan (an int64 length, then one JSON list of every bucket's dtype, size and manifest, as uint8), then
+each bucket's buffer, nothing else. The receivers know every size up front, so the transfer runs ahead of the
+work at both ends: the sender posts a bucket and goes on gathering the next while it is on the wire, the
+receivers post the next bucket's receive before they hand the last one to the loader (``depth`` buckets in
+flight; one host synchronisation per stream, not three per bucket). The packing rule is one function
+(:func:`pack_order`), so a plan made from the parameters' metadata (:func:`plan_of`) is what the lazy packers
+(:func:`iter_buckets`, :func:`iter_zero3_buckets`) then produce.
 
 Every call on a group is collective: all its ranks must make the same calls in the same order.
 """
@@ -86,33 +90,58 @@ def _build_bucket(dtype: torch.dtype, pending: list[tuple[str, torch.Tensor]]) -
     return Bucket(dtype, buffer, manifest)
 
 
-def iter_buckets(named_tensors: NamedTensors, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Iterator[Bucket]:
-    """Pack tensors into per-dtype buckets of at most ``bucket_bytes``, yielding each as soon as it is full.
-
-    Tensors keep their order within a dtype. A tensor larger than ``bucket_bytes`` gets a bucket of its
-    own. The tensors are copied, so the caller may free or reuse them once the next bucket is requested.
-    """
+def pack_order(sizes: Iterable[tuple[torch.dtype, int]], bucket_bytes: int) -> Iterator[list[int]]:
+    """The packing rule, on metadata alone: for tensors given as (dtype, bytes) in order, the index lists of
+    the buckets in the order they are emitted. A dtype's bucket is emitted when the next tensor of that dtype
+    would overflow it; a tensor of ``bucket_bytes`` or more gets a bucket of its own; what is left is emitted
+    at the end, dtype by dtype in order of first appearance."""
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
-    pending: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
+    pending: dict[torch.dtype, list[int]] = {}
     used: dict[torch.dtype, int] = {}
-    for name, tensor in _items(named_tensors):
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"weight {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
-        size = tensor.numel() * tensor.element_size()
-        dtype = tensor.dtype
+    for i, (dtype, size) in enumerate(sizes):
         if pending.get(dtype) and used[dtype] + size > bucket_bytes:
-            yield _build_bucket(dtype, pending.pop(dtype))
+            yield pending.pop(dtype)
         if size >= bucket_bytes:  # alone: never mixed with smaller tensors
-            yield _build_bucket(dtype, [(name, tensor)])
+            yield [i]
             continue
         if dtype not in pending:
             pending[dtype], used[dtype] = [], 0
-        pending[dtype].append((name, tensor))
+        pending[dtype].append(i)
         used[dtype] += size
-    for dtype, items in pending.items():
+    for items in pending.values():
         if items:
-            yield _build_bucket(dtype, items)
+            yield items
+
+
+def plan_of(meta: Sequence[tuple[str, torch.dtype, tuple[int, ...]]], bucket_bytes: int) -> list[tuple[torch.dtype, int, list[TensorMeta]]]:
+    """The buckets (dtype, elements, manifest) that packing tensors of this (name, dtype, shape) metadata, in
+    order, makes: what :func:`iter_buckets` and :func:`iter_zero3_buckets` will yield, known before any of it
+    is gathered."""
+    sizes = [(dtype, math.prod(shape) * torch.empty((), dtype=dtype).element_size()) for _, dtype, shape in meta]
+    plan = []
+    for idx in pack_order(sizes, bucket_bytes):
+        manifest, offset = [], 0
+        for i in idx:
+            name, dtype, shape = meta[i]
+            manifest.append(TensorMeta(name, dtype, tuple(shape), offset))
+            offset += math.prod(shape)
+        plan.append((meta[idx[0]][1], offset, manifest))
+    return plan
+
+
+def iter_buckets(named_tensors: NamedTensors, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Iterator[Bucket]:
+    """Pack tensors into per-dtype buckets of at most ``bucket_bytes`` (:func:`pack_order`), yielding each as
+    soon as it is full. The tensors are copied, so the caller may free or reuse them once the next bucket is
+    requested."""
+    items = []
+    for name, tensor in _items(named_tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"weight {name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
+        items.append((name, tensor))
+    sizes = ((t.dtype, t.numel() * t.element_size()) for _, t in items)
+    for idx in pack_order(sizes, bucket_bytes):
+        yield _build_bucket(items[idx[0]][1].dtype, [items[i] for i in idx])
 
 
 def pack_buckets(named_tensors: NamedTensors, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[Bucket]:
@@ -145,15 +174,33 @@ def unpack_bucket(buffer: torch.Tensor, manifest: Sequence[TensorMeta]) -> list[
 
 
 def bucket_header(bucket: Bucket) -> bytes:
-    entries = [[m.name, list(m.shape), m.offset] for m in bucket.manifest]
-    return json.dumps({"dtype": str(bucket.dtype), "numel": bucket.buffer.numel(), "tensors": entries}).encode()
+    """One bucket's dtype, size and manifest as JSON bytes (the shared-bucket handles carry it)."""
+    return plan_header([(bucket.dtype, bucket.buffer.numel(), bucket.manifest)])
 
 
 def parse_bucket_header(raw: bytes) -> tuple[torch.dtype, int, list[TensorMeta]]:
-    head = json.loads(raw.decode())
-    dtype = _dtype_from_str(head["dtype"])
-    manifest = [TensorMeta(name, dtype, tuple(shape), offset) for name, shape, offset in head["tensors"]]
-    return dtype, int(head["numel"]), manifest
+    return parse_plan_header(raw)[0]
+
+
+def plan_header(plan: Sequence[tuple[torch.dtype, int, Sequence[TensorMeta]]]) -> bytes:
+    """The stream's plan as JSON bytes (see the module docstring)."""
+    return json.dumps([{"dtype": str(dtype), "numel": numel,
+                        "tensors": [[m.name, list(m.shape), m.offset] for m in manifest]}
+                       for dtype, numel, manifest in plan]).encode()
+
+
+def parse_plan_header(raw: bytes) -> list[tuple[torch.dtype, int, list[TensorMeta]]]:
+    out = []
+    for head in json.loads(raw.decode()):
+        dtype = _dtype_from_str(head["dtype"])
+        out.append((dtype, int(head["numel"]),
+                    [TensorMeta(name, dtype, tuple(shape), offset) for name, shape, offset in head["tensors"]]))
+    return out
+
+
+def bucket_plan(buckets: Sequence[Bucket]) -> list[tuple[torch.dtype, int, list[TensorMeta]]]:
+    """The plan of buckets already packed."""
+    return [(b.dtype, b.buffer.numel(), list(b.manifest)) for b in buckets]
 
 
 # --- safetensors -------------------------------------------------------------------------------------------
@@ -252,7 +299,7 @@ def broadcast_tensor(group: SyncGroup, tensor: torch.Tensor, src: int = 0) -> No
     group.pg.broadcast(tensor.reshape(-1).view(torch.uint8), src).wait()
 
 
-def _send_header(group: SyncGroup, raw: bytes, src: int) -> None:
+def _send_bytes(group: SyncGroup, raw: bytes, src: int) -> None:
     length = torch.tensor([len(raw)], dtype=torch.int64, device=group.device)
     broadcast_tensor(group, length, src)
     if raw:
@@ -260,46 +307,82 @@ def _send_header(group: SyncGroup, raw: bytes, src: int) -> None:
         broadcast_tensor(group, payload, src)
 
 
-def send_bucket(group: SyncGroup, bucket: Bucket, src: int = 0) -> None:
-    """Sender side (rank ``src``): one bucket, header first."""
+def _receive_bytes(group: SyncGroup, src: int) -> bytes:
+    length = torch.empty(1, dtype=torch.int64, device=group.device)
+    broadcast_tensor(group, length, src)
+    n = int(length.item())
+    if n == 0:
+        return b""
+    raw = torch.empty(n, dtype=torch.uint8, device=group.device)
+    broadcast_tensor(group, raw, src)
+    return raw.cpu().numpy().tobytes()
+
+
+def _post(group: SyncGroup, buffer: torch.Tensor, src: int) -> Any:
+    """One bucket's broadcast, posted and not waited for (its work handle)."""
+    return group.pg.broadcast(buffer.reshape(-1).view(torch.uint8), src)
+
+
+def broadcast_buckets(group: SyncGroup, buckets: Iterable[Bucket], src: int = 0,
+                      plan: Sequence[tuple[torch.dtype, int, Sequence[TensorMeta]]] | None = None,
+                      depth: int = 2) -> int:
+    """Sender side: the stream's plan, then every bucket, ``depth`` of them in flight while the next is
+    produced (gathered). ``plan`` (from :func:`plan_of`) lets ``buckets`` stay lazy; without it they are packed
+    first. A bucket that differs from its plan entry stops the stream before it is sent. Returns the payload
+    bytes sent; the transfers are complete when it returns."""
     if group.rank != src:
-        raise RuntimeError(f"send_bucket called on rank {group.rank}; only the source rank {src} sends")
-    _send_header(group, bucket_header(bucket), src)
-    buffer = bucket.buffer if bucket.buffer.device == group.device else bucket.buffer.to(group.device)
-    broadcast_tensor(group, buffer.contiguous(), src)
-
-
-def send_end(group: SyncGroup, src: int = 0) -> None:
-    """Sender side: end of a bucket stream."""
-    _send_header(group, b"", src)
-
-
-def broadcast_buckets(group: SyncGroup, buckets: Iterable[Bucket], src: int = 0) -> int:
-    """Sender side: stream ``buckets`` then the end marker; returns the payload bytes sent."""
-    sent = 0
+        raise RuntimeError(f"broadcast_buckets called on rank {group.rank}; only the source rank {src} sends")
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if plan is None:
+        buckets = list(buckets)
+        plan = bucket_plan(buckets)
+    _send_bytes(group, plan_header(plan), src)
+    sent, count = 0, 0
+    inflight: list[tuple[Any, Bucket]] = []
     for bucket in buckets:
-        send_bucket(group, bucket, src)
+        if count >= len(plan):
+            raise ValueError(f"bucket {count} is beyond the stream's plan of {len(plan)} buckets")
+        dtype, numel, manifest = plan[count]
+        if bucket.dtype != dtype or bucket.buffer.numel() != numel or [m.name for m in bucket.manifest] != [
+                m.name for m in manifest]:
+            raise ValueError(f"bucket {count} ({bucket.dtype}, {bucket.buffer.numel()} elements) differs from its "
+                             f"plan ({dtype}, {numel} elements): the packing and the plan disagree")
+        buffer = bucket.buffer if bucket.buffer.device == group.device else bucket.buffer.to(group.device)
+        inflight.append((_post(group, buffer.contiguous(), src), bucket))
+        if len(inflight) > depth:
+            inflight.pop(0)[0].wait()
         sent += bucket.nbytes
-    send_end(group, src)
+        count += 1
+    for work, _ in inflight:
+        work.wait()
+    if count != len(plan):
+        raise ValueError(f"the stream's plan has {len(plan)} buckets, {count} were produced")
+    if group.device.type == "cuda":
+        torch.cuda.synchronize(group.device)
     return sent
 
 
-def iter_received_buckets(group: SyncGroup, src: int = 0) -> Iterator[Bucket]:
-    """Receiver side: yield each bucket (buffer on ``group.device``) until the sender's end marker."""
+def iter_received_buckets(group: SyncGroup, src: int = 0, depth: int = 2) -> Iterator[Bucket]:
+    """Receiver side: yield each bucket (buffer on ``group.device``) of one stream, in order; the next
+    ``depth - 1`` receives are posted before a bucket is handed over (its buffer stays valid until the next one
+    is requested)."""
     if group.rank == src:
         raise RuntimeError(f"rank {group.rank} is the source; it sends with broadcast_buckets, not receive")
-    while True:
-        length = torch.empty(1, dtype=torch.int64, device=group.device)
-        broadcast_tensor(group, length, src)
-        n = int(length.item())
-        if n == 0:
-            return
-        raw = torch.empty(n, dtype=torch.uint8, device=group.device)
-        broadcast_tensor(group, raw, src)
-        dtype, numel, manifest = parse_bucket_header(raw.cpu().numpy().tobytes())
-        buffer = torch.empty(numel, dtype=dtype, device=group.device)
-        broadcast_tensor(group, buffer, src)
-        yield Bucket(dtype, buffer, manifest)
+    plan = parse_plan_header(_receive_bytes(group, src))
+    posted: list[tuple[Any, Bucket]] = []
+    nxt = 0
+    for _ in range(len(plan)):
+        while nxt < len(plan) and len(posted) < max(depth, 1):
+            dtype, numel, manifest = plan[nxt]
+            buffer = torch.empty(numel, dtype=dtype, device=group.device)
+            posted.append((_post(group, buffer, src), Bucket(dtype, buffer, manifest)))
+            nxt += 1
+        work, bucket = posted.pop(0)
+        work.wait()
+        yield bucket
+    if group.device.type == "cuda":
+        torch.cuda.synchronize(group.device)
 
 
 def receive_buckets(group: SyncGroup, src: int = 0) -> list[Bucket]:
@@ -385,24 +468,18 @@ def iter_zero3_buckets(
         return
     if not all(hasattr(p, "ds_tensor") for _, p in params):
         raise ValueError("iter_zero3_buckets needs every parameter partitioned by ZeRO-3 (some are not)")
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
-    pending: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
-    used: dict[torch.dtype, int] = {}
-    for name, p in params:  # the packing rule of iter_buckets, on the full sizes
-        size = _full_nbytes(p)
-        if pending.get(p.dtype) and used[p.dtype] + size > bucket_bytes:
-            yield _allgather_bucket(pending.pop(p.dtype))
-        if size >= bucket_bytes:
-            yield _allgather_bucket([(name, p)])
-            continue
-        if p.dtype not in pending:
-            pending[p.dtype], used[p.dtype] = [], 0
-        pending[p.dtype].append((name, p))
-        used[p.dtype] += size
-    for items in pending.values():
-        if items:
-            yield _allgather_bucket(items)
+    sizes = [(p.dtype, _full_nbytes(p)) for _, p in params]  # the packing rule of iter_buckets, on full sizes
+    for idx in pack_order(sizes, bucket_bytes):
+        yield _allgather_bucket([params[i] for i in idx])
+
+
+def model_bucket_plan(model: torch.nn.Module, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[tuple[torch.dtype, int, list[TensorMeta]]]:
+    """The plan of :func:`iter_zero3_buckets` (ZeRO-3 or plain model), from the parameters' metadata only:
+    what a sender announces before it gathers anything."""
+    if model.__class__.__name__ == "DeepSpeedEngine":
+        model = model.module
+    meta = [(name, p.dtype, tuple(getattr(p, "ds_shape", None) or p.shape)) for name, p in model.named_parameters()]
+    return plan_of(meta, bucket_bytes)
 
 
 def all_gather_into_tensor(dist):

@@ -1,17 +1,22 @@
-"""Colocated placement on a GPU cluster, on CPU: Ray is told the machine has 2 GPUs (nothing touches them).
+"""The engines' placement on a GPU cluster, on CPU: Ray is told the machine has 4 GPUs (nothing touches them),
+and the engine classes are probes that ask Ray for what the real ones ask.
 
-A GPU-only bug (on CPU the engine asks for no GPU): with --colocate_all_models the policy's placement
-group holds every GPU (one bundle of 1 GPU per rank; policy and reference ranks take a quarter of a bundle
-each), and the rollout engine used to ask Ray for a quarter GPU outside that group, which never becomes
-free, so the job would wait forever before its first step. `Trainer._start_engines` puts colocated engines
-in the group's bundles; these tests run it (the HF engine class swapped for a probe) and show the old
-request stranded.
+Two GPU-only hangs these tests keep away (on CPU an engine asks for no GPU):
+- with --colocate_all_models the policy's placement group holds every GPU, and the rollout engine used to
+  ask Ray for a quarter GPU outside that group, which never becomes free;
+- with TP > 1, vLLM's Ray executor starts one worker per bundle named by ``VLLM_RAY_BUNDLE_INDICES``, each
+  asking ``VLLM_RAY_PER_WORKER_GPUS`` (default: a whole GPU) of a bundle the policy and the reference already
+  hold half of: Ray waits for ever, silently (issue 28, seen on an H100 x4).
+The vLLM probe below does what vLLM's ``RayDistributedExecutor._init_workers_ray`` does (vLLM 0.26 and 0.32):
+it reads those two variables and starts ``num_cpus=0, num_gpus=VLLM_RAY_PER_WORKER_GPUS`` workers on those
+bundles of its current placement group, and waits for them in its constructor.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -23,8 +28,12 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def fake_gpu_cluster():
     os.environ["RAY_AUTH_MODE"] = "disabled"  # a private throwaway cluster; never the user's ~/.ray token
+    import sys
+
+    # the probes are this file's classes: shipped by value (the workers cannot import a test module)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     temp = f"/tmp/rlrun-colo-{os.getpid()}"
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, _temp_dir=temp, _node_ip_address="127.0.0.1",
+    ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, _temp_dir=temp, _node_ip_address="127.0.0.1",
              log_to_driver=False)
     yield
     ray.shutdown()
@@ -37,89 +46,214 @@ class Probe:
         return ray.get_runtime_context().get_accelerator_ids()["GPU"]
 
 
-def _colocated_policy_and_ref():
-    """What Trainer builds with --colocate_all_models on 2 GPUs: the policy's group and 2+2 quarter-GPU ranks."""
+class RayWorkerWrapper:
+    """Named as vLLM's worker class, so the deadline's line names what a user would see."""
+
+    def gpu_ids(self) -> list:
+        return ray.get_runtime_context().get_accelerator_ids()["GPU"]
+
+
+class VllmRayExecutorProbe:
+    """What vLLM's engine asks of Ray: TP > 1 with distributed_executor_backend="ray" starts a worker per
+    bundle of VLLM_RAY_BUNDLE_INDICES asking VLLM_RAY_PER_WORKER_GPUS, num_cpus=0, and waits for them."""
+
+    def __init__(self, model_path: str, *, tensor_parallel_size: int = 1, distributed_executor_backend=None,
+                 **_kwargs):
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.workers = []
+        if distributed_executor_backend == "ray":
+            pg = get_current_placement_group()
+            bundles = [int(b) for b in os.environ["VLLM_RAY_BUNDLE_INDICES"].split(",")]
+            assert len(bundles) == tensor_parallel_size
+            gpus = float(os.environ.get("VLLM_RAY_PER_WORKER_GPUS", "1"))
+            worker = ray.remote(RayWorkerWrapper)
+            self.workers = [worker.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=(
+                PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_capture_child_tasks=True,
+                                                 placement_group_bundle_index=b))).remote() for b in bundles]
+            ray.get([w.gpu_ids.remote() for w in self.workers])  # vLLM waits for its workers here
+
+    def ready(self) -> str:
+        return ray.util.get_node_ip_address()
+
+    def gpu_ids(self) -> list:
+        if self.workers:
+            return sorted(g for w in self.workers for g in ray.get(w.gpu_ids.remote()))
+        return ray.get_runtime_context().get_accelerator_ids()["GPU"]
+
+    def shutdown(self) -> None:
+        pass
+
+
+class HfProbe(VllmRayExecutorProbe):
+    pass
+
+
+def cfg_of(*sets: str):
+    from rlrun import presets as P
+
+    preset = P.load_preset("tiny-rloo", P.preset_dirs())
+    base = ["placement_timeout=30", "engine_start_timeout=20", "micro_train_batch_size=4", "train_batch_size=32"]
+    return P.build_config(preset, P.parse_sets([*base, *sets]),
+                          {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward"})
+
+
+@pytest.fixture()
+def probes(monkeypatch):
+    import trainer.rollout.hf_engine as hf_engine
+    import trainer.rollout.vllm_engine as vllm_engine
+
+    monkeypatch.setattr(hf_engine, "HfEngine", HfProbe)
+    monkeypatch.setattr(vllm_engine, "VllmEngine", VllmRayExecutorProbe)
+
+
+def _policy_and_ref(cfg, plan):
+    """The policy's placement group and quarter-GPU policy + reference ranks, as Trainer builds them colocated."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from trainer.actors.group import GroupSpec, reserve
 
-    spec = GroupSpec("policy", 1, 2, use_gpus=True, gpus_per_actor=0.25, cpus_per_actor=1.0)
-    pg = reserve(spec, timeout_s=60)
+    g = plan.group("policy")
+    pg = reserve(GroupSpec("policy", g.num_nodes, g.gpus_per_node, True, g.gpus_per_actor, g.cpus_per_actor), 60)
     ranks = []
-    for owner in ("policy", "ref"):
-        for i in range(2):
+    for owner in ("policy", "reference"):
+        for i in range(g.world_size):
             strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=i)
-            ranks.append(Probe.options(num_cpus=1 if owner == "policy" else 0, num_gpus=0.25,
-                                       scheduling_strategy=strategy).remote())
+            ranks.append(Probe.options(num_cpus=g.cpus_per_actor if owner == "policy" else 0,
+                                       num_gpus=g.gpus_per_actor, scheduling_strategy=strategy).remote())
     ray.get([r.gpu_ids.remote() for r in ranks], timeout=120)
     return pg, ranks
 
 
-def _start_engines(colocate: bool, pg):
-    """Trainer._start_engines as the loop calls it on a GPU cluster (from the placement plan), the engine
-    class a probe."""
-    from types import SimpleNamespace
-
-    from trainer.loop import Trainer
-    from trainer.placement import plan
-
-    cfg = SimpleNamespace(rollout_backend="hf", colocate_all_models=colocate, pretrain="unused", needs_ref=False,
-                          multi_turn=False,
-                          needs_critic=False, actor_num_nodes=1, actor_num_gpus_per_node=2 if colocate else 1)
-    fake = SimpleNamespace(cfg=cfg, policy=SimpleNamespace(pg=pg), plan=plan(cfg, use_gpus=True))
-    return Trainer._start_engines(fake)
-
-
-@pytest.fixture()
-def probe_engine(monkeypatch):
-    import trainer.rollout.hf_engine as hf_engine
-
-    class ProbeEngine:
-        def __init__(self, model_path: str, **_kwargs):
-            self.model_path = model_path
-
-        def gpu_ids(self) -> list:
-            return ray.get_runtime_context().get_accelerator_ids()["GPU"]
-
-    monkeypatch.setattr(hf_engine, "HfEngine", ProbeEngine)
-
-
-def test_colocated_engine_gets_a_gpu_share_beside_the_policy(fake_gpu_cluster, probe_engine):
-    pg, ranks = _colocated_policy_and_ref()
-    try:
-        # As the old code asked: a quarter GPU anywhere. Every GPU is in the placement group: never scheduled.
-        stranded = Probe.options(num_cpus=1.0, num_gpus=0.25).remote()
-        ready, _ = ray.wait([stranded.gpu_ids.remote()], timeout=10)
-        assert ready == []
-        ray.kill(stranded)
-
-        engines = _start_engines(True, pg)
-        got = ray.get([e.gpu_ids.remote() for e in engines], timeout=60)
-        policy_gpus = ray.get([r.gpu_ids.remote() for r in ranks[:2]])
-        assert len(got) == 1 and got[0] in policy_gpus  # a share of one of the policy's GPUs
-        for e in engines:
-            ray.kill(e)
-    finally:
-        for r in ranks:
-            ray.kill(r)
+def _cleanup(engines, ranks, pg):
+    if engines is not None:
+        engines.shutdown()
+    for r in ranks:
+        ray.kill(r)
+    if pg is not None:
         ray.util.remove_placement_group(pg)
 
 
-def test_split_engine_takes_a_whole_gpu_of_its_own(fake_gpu_cluster, probe_engine):
+def test_colocated_engine_gets_a_gpu_share_beside_the_policy(fake_gpu_cluster, probes):
+    from trainer.engines import Engines
+    from trainer.placement import plan
+
+    cfg = cfg_of("rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false", "colocate_all_models=true",
+                 "actor_num_gpus_per_node=2", "ref_num_gpus_per_node=2", "rollout_batch_size=4",
+                 "micro_rollout_batch_size=2")
+    p = plan(cfg, use_gpus=True)
+    pg, ranks = _policy_and_ref(cfg, p)
+    engines = None
+    try:
+        # As the old code asked: a quarter GPU anywhere. Every GPU is in a placement group: never scheduled.
+        hold = Probe.options(num_cpus=0, num_gpus=2).remote()  # the other two GPUs, held
+        ray.get(hold.gpu_ids.remote(), timeout=60)
+        stranded = Probe.options(num_cpus=1.0, num_gpus=0.25).remote()
+        ready, _ = ray.wait([stranded.gpu_ids.remote()], timeout=5)
+        assert ready == []
+        ray.kill(stranded)
+        engines = Engines(cfg, p, pg)
+        engines.wait_ready()
+        got = ray.get([e.gpu_ids.remote() for e in engines.handles], timeout=60)
+        policy_gpus = ray.get([r.gpu_ids.remote() for r in ranks[:2]])
+        assert len(got) == 1 and got[0] in policy_gpus  # a share of one of the policy's GPUs
+        ray.kill(hold)
+    finally:
+        _cleanup(engines, ranks, pg)
+
+
+def test_colocated_tp2_workers_take_the_plans_share_of_the_policys_bundles(fake_gpu_cluster, probes):
+    from trainer.actors.group import bundle_nodes
+    from trainer.engines import Engines
+    from trainer.placement import plan
+
+    cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
+                 "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
+                 "rollout_batch_size=4", "micro_rollout_batch_size=2")
+    p = plan(cfg, use_gpus=True)
+    assert p.engines.env([0, 1]) == {"VLLM_RAY_BUNDLE_INDICES": "0,1", "VLLM_RAY_PER_WORKER_GPUS": "0.25"}
+    pg, ranks = _policy_and_ref(cfg, p)
+    engines = None
+    try:
+        engines = Engines(cfg, p, pg, bundle_nodes(pg))
+        assert len(engines.wait_ready()) == 1
+        workers = ray.get(engines.handles[0].gpu_ids.remote(), timeout=60)
+        policy_gpus = sorted(g for r in ranks[:2] for g in ray.get(r.gpu_ids.remote()))
+        assert workers == policy_gpus  # one worker on each of the policy's two GPUs
+    finally:
+        _cleanup(engines, ranks, pg)
+
+
+def test_a_worker_asking_a_whole_gpu_of_a_shared_bundle_ends_the_job_with_one_line(fake_gpu_cluster, probes,
+                                                                                   monkeypatch):
+    """The TP > 1 hang, on purpose: the engine's workers ask vLLM's default (a whole GPU) of bundles the policy
+    and the reference hold half of. The start-up deadline names the pending worker, its ask and the bundle's
+    free share."""
+    import trainer.placement as placement
+    from trainer.deadlines import StartupTimeout
+    from trainer.engines import Engines
+
+    cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
+                 "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
+                 "rollout_batch_size=4", "micro_rollout_batch_size=2")
+    good = placement.plan(cfg, use_gpus=True)
+    import dataclasses
+
+    old = dataclasses.replace(good, engines=dataclasses.replace(good.engines, worker_gpus=1.0))
+    pg, ranks = _policy_and_ref(cfg, good)
+    engines = None
+    try:
+        engines = Engines(cfg, old, pg)
+        t0 = time.monotonic()
+        with pytest.raises(StartupTimeout) as err:
+            engines.wait_ready(timeout_s=8)
+        assert time.monotonic() - t0 < 20
+        line = str(err.value)
+        assert "\n" not in line
+        assert line.startswith("1 rollout engine(s) start not done within 8 s (waiting for vLLM engine (TP 2) 0)")
+        assert "pending RayWorkerWrapper asks GPU 1 of rlrun-policy bundle" in line, line
+        assert "has GPU 0.5 of that bundle free" in line, line
+        assert "GPU 2 of 4, CPU 2 of 4 of the node" in line, line  # the policy's group holds the other two
+        assert "VllmRayExecutorProbe still in its constructor (pid " in line, line
+    finally:
+        _cleanup(engines, ranks, pg)
+
+
+def test_split_tp2_engine_takes_two_whole_gpus_of_its_own(fake_gpu_cluster, probes):
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from trainer.actors.group import GroupSpec, reserve
+    from trainer.engines import Engines
+    from trainer.placement import plan
 
+    cfg = cfg_of("actor_num_gpus_per_node=1", "ref_num_gpus_per_node=1", "vllm_num_engines=1",
+                 "vllm_tensor_parallel_size=2", "rollout_batch_size=4", "micro_rollout_batch_size=2")
+    p = plan(cfg, use_gpus=True)
     pg = reserve(GroupSpec("policy", 1, 1, use_gpus=True), timeout_s=60)
     policy = Probe.options(num_cpus=1, num_gpus=1,
                            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg)).remote()
+    engines = None
     try:
-        engines = _start_engines(False, pg)
-        got = ray.get([e.gpu_ids.remote() for e in engines], timeout=60)
+        engines = Engines(cfg, p)
+        engines.wait_ready()
+        got = ray.get(engines.handles[0].gpu_ids.remote(), timeout=60)
         mine = ray.get(policy.gpu_ids.remote(), timeout=60)
-        assert len(got) == 1 and len(got[0]) == 1 and got[0] != mine  # the other GPU, whole
-        for e in engines:
-            ray.kill(e)
+        assert len(got) == 2 and not set(got) & set(mine)  # two other GPUs, whole
     finally:
-        ray.kill(policy)
-        ray.util.remove_placement_group(pg)
+        _cleanup(engines, [policy], pg)
+
+
+def test_a_group_the_cluster_cannot_hold_fails_within_its_deadline_naming_what_is_free(fake_gpu_cluster):
+    from trainer.actors.group import GroupSpec, reserve
+    from trainer.deadlines import StartupTimeout
+
+    t0 = time.monotonic()
+    with pytest.raises(StartupTimeout) as err:
+        reserve(GroupSpec("policy", 1, 8, use_gpus=True), timeout_s=3)
+    assert time.monotonic() - t0 < 15
+    line = str(err.value)
+    assert line.startswith("group policy (1 nodes x 8), policy: 8 bundles of {GPU: 1, CPU: 1} (GPU 8, CPU 8 in all) "
+                           "not placed within 3 s: placement group rlrun-policy is not placed (free per node: "), line
+    assert line.endswith(": GPU 4 of 4, CPU 4 of 4)"), line
+    assert not [p for p in ray.util.placement_group_table().values() if p["state"] == "PENDING"]

@@ -98,6 +98,10 @@ def runs(private_ray, tmp):
                                "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
                                "--micro_train_batch_size", "4"),
         "colocated": lambda: _colocated(private_ray, tmp),
+        # engines of their own (the HF engine), one-step-off with truncated IS
+        "async": lambda: _train(private_ray, tmp, tmp / "async", 2, "--async_train", "--is_correction", "tis"),
+        "dynamic": lambda: _train(private_ray, tmp, tmp / "dynamic", 1, "--dynamic_filtering", "--reward_fn",
+                                  "tests.integration.loop_rewards:half_constant", "--max_samples", "16"),
     }
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(job) for name, job in jobs.items()}
@@ -197,3 +201,27 @@ def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):
     AutoModel.from_pretrained(critic_dir)
     head = load_file(critic_dir / "value_head.safetensors")["weight"]
     assert head.shape == (1, 64) and head.abs().sum() > 0
+
+
+def test_async_rollouts_are_one_version_old_and_the_mismatch_shows_it(runs, uninterrupted):
+    """--async_train: batch 1 is made with the first weights, every later one while the policy trained on the
+    batch before (one version old); the engine's log-probs then differ from the policy's by what one step
+    changed, where the on-policy run's agree to rounding. TIS weighs every token."""
+    rows = runs["async"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["async/staleness"] for r in rows] == [0.0, 1.0, 1.0, 1.0]
+    assert all("policy/is_weight" in r and "timing/wait_rollout" in r for r in rows)
+    sync = [r["rollout/logprob_mismatch"] for r in uninterrupted]
+    stale = [r["rollout/logprob_mismatch"] for r in rows]
+    assert max(sync) < 1e-3, sync
+    assert rows[0]["rollout/logprob_mismatch"] < 1e-3  # version 0 generated it, version 0 computes it
+    assert min(stale[1:]) > 20 * max(sync), (stale, sync)
+
+
+def test_dynamic_sampling_trains_on_informative_prompts_only(runs):
+    rows = runs["dynamic"]
+    assert rows
+    for r in rows:
+        assert r["dynamic_filtering/filtered_share"] >= 0.3, r  # the even-answer half scores alike
+        assert r["dynamic_filtering/kept_prompts"] == 4 or r["dynamic_filtering/short"] == 1.0, r
+        assert r["reward/std"] > 0, r

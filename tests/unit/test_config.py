@@ -305,9 +305,34 @@ def test_unknown_flag_exits_2_with_suggestion():
 
 def test_unsupported_openrlhf_flag_is_an_error_not_ignored(capsys):
     with pytest.raises(SystemExit) as info:
-        parse_args([*SEED, "--async_train"])
+        parse_args([*SEED, "--lora_rank", "8"])
     assert info.value.code == 2
-    assert "--async_train: OpenRLHF flag not supported here: only synchronous training" in capsys.readouterr().err
+    assert "--lora_rank: OpenRLHF flag not supported here: LoRA is not implemented" in capsys.readouterr().err
+
+
+def test_async_colocation_and_staleness_0_and_correction_without_logprobs_are_refused_naming_the_flags():
+    with pytest.raises(ConfigError) as err:
+        parse_args([*SEED, "--async_train"])  # the seed job colocates everything
+    assert "--async_train with --colocate_all_models: the engines share the policy's GPUs" in str(err.value)
+    split = [a for a in SEED if a not in ("--colocate_all_models", "--vllm_enable_sleep")]
+    with pytest.raises(ConfigError) as err:
+        parse_args([*split, "--async_train", "--max_staleness", "0"])
+    assert "--async_train with --max_staleness 0" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_args([*split, "--is_correction", "tis", "--skip_rollout_logprobs"])
+    assert "--is_correction tis with --skip_rollout_logprobs" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_args([*split, "--max_staleness", "3"])
+    assert "--max_staleness 3 is only used with --async_train" in str(err.value)
+
+
+def test_openrlhfs_dotted_names_of_the_overlap_flags_are_accepted():
+    split = [a for a in SEED if a not in ("--colocate_all_models", "--vllm_enable_sleep")]
+    cfg = parse_args([*split, "--train.async_enable", "--algo.advantage.is_correction_type", "icepop",
+                      "--algo.advantage.is_correction_threshold", "0.8", "1.25", "--algo.dynamic_filtering_enable",
+                      "--algo.dynamic_filtering_range", "0.1", "0.9"])
+    assert (cfg.async_train, cfg.is_correction, cfg.is_correction_threshold) == (True, "icepop", (0.8, 1.25))
+    assert (cfg.dynamic_filtering, cfg.dynamic_filtering_reward_range) == (True, (0.1, 0.9))
 
 
 def test_flag_abbreviations_are_not_accepted(capsys):

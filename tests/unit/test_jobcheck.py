@@ -68,9 +68,10 @@ def test_enough_gpus_in_total_but_an_engine_does_not_fit_on_one_node():
                     "vllm_tensor_parallel_size=4", "rollout_batch_size=12", "train_batch_size=48",
                     "micro_rollout_batch_size=4", "micro_train_batch_size=8")
     report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
+    # the engine's placement group: 4 bundles of 1 GPU on one node (its actor's CPU in the first)
     assert report.problems == [
-        "vLLM engine (TP 4) 1 of 1 needs 4 GPU + 1 CPU on one node; free then: 10.0.0.5: 2 GPUs 58 CPUs, "
-        "10.0.0.4: 2 GPUs 58 CPUs"]
+        "vLLM engine (TP 4) 1 of 1: 4 bundles (4 GPU + 1 CPU in all) must share one node; none has room, free "
+        "then: 10.0.0.5: 2 GPUs 58 CPUs, 10.0.0.4: 2 GPUs 58 CPUs"]
 
 
 def test_an_engine_wider_than_any_node_is_refused():
@@ -96,7 +97,7 @@ def test_cpu_cluster_counts_a_quarter_cpu_per_rank_and_engine():
     report = check(cfg, healthy((NodeView("127.0.0.6", 0.5, 0, True),)), expects_gpus=gpus)
     assert report.problems[0].startswith(
         "not enough CPUs: actor 1 x 1: 1 x 0.25 + reference 1 x 1: 1 x 0.25 + critic 1 x 1: 1 x 0.25 + vLLM engine "
-        "(TP 1): 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
+        "(TP 1) 1 of 1: 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
 
 
 def test_a_cpu_preset_on_a_gpu_cluster_is_placed_on_gpus_as_the_trainer_does():

@@ -16,7 +16,8 @@ from trainer.placement import Request
 
 def cfg_of(name: str, *sets: str):
     preset = P.load_preset(name, P.preset_dirs())
-    return P.build_config(preset, P.parse_sets(sets), {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward"})
+    return P.build_config(preset, P.parse_sets(sets), {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward",
+                                                      "retriever_url": "http://{node_ip}:8400/retrieve"})
 
 
 def test_32b_rloo_colocates_everything_on_the_actors_gpus_and_syncs_in_place():
@@ -26,27 +27,52 @@ def test_32b_rloo_colocates_everything_on_the_actors_gpus_and_syncs_in_place():
     assert (policy.world_size, policy.gpus_per_actor, policy.in_policy_group) == (8, 0.25, False)
     assert (ref.world_size, ref.gpus_per_actor, ref.in_policy_group) == (8, 0.25, True)
     e = p.engines
-    assert (e.backend, e.count, e.tp, e.colocated, e.gpus) == ("vllm", 2, 4, True, 0.0)
+    # TP 4 on GPUs: vLLM's Ray executor; the engine actor takes nothing, each TP worker a quarter of its bundle
+    assert (e.backend, e.count, e.tp, e.colocated, e.actor_gpus, e.worker_gpus, e.executor) == (
+        "vllm", 2, 4, True, 0.0, 0.25, "ray")
     assert [e.bundles(0), e.bundles(1)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert e.env(e.bundles(1)) == {"VLLM_RAY_BUNDLE_INDICES": "4,5,6,7", "VLLM_RAY_PER_WORKER_GPUS": "0.25"}
     assert p.weight_transport == "shared"
     # Only the policy's placement group is asked of Ray: everything else lives in its bundles.
     assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True)]
+    on_bundle_5 = [a for a in p.asks() if a.group == "policy" and a.bundle == 5]
+    assert sorted((a.who, a.gpu) for a in on_bundle_5) == [
+        ("policy rank 5", 0.25), ("reference rank 5", 0.25), ("vLLM engine 1 TP worker 1", 0.25)]
+    assert p.overcommitted() == []
+
+
+def test_the_old_whole_gpu_ask_of_a_tp_worker_is_what_overcommits_a_colocated_bundle():
+    """The TP > 1 hang of issue 28: vLLM's default VLLM_RAY_PER_WORKER_GPUS=1 on a bundle the policy and the
+    reference already hold half of. The plan's own check names it."""
+    p = placement.plan(cfg_of("32b-rloo"), use_gpus=True)
+    old = dataclasses.replace(p, engines=dataclasses.replace(p.engines, worker_gpus=1.0))
+    problems = old.overcommitted()
+    assert len(problems) == 8
+    assert problems[0].startswith("policy bundle 0 holds 1 GPU, its asks take 1.5: policy rank 0: GPU: 0.25, CPU: 1")
 
 
 def test_one_gpu_colocation_puts_the_engine_on_a_quarter_of_bundle_zero():
     cfg = cfg_of("32b-rloo", "actor_num_nodes=1", "actor_num_gpus_per_node=1", "ref_num_nodes=1",
                  "ref_num_gpus_per_node=1", "vllm_num_engines=1", "vllm_tensor_parallel_size=1")
     e = placement.plan(cfg, use_gpus=True).engines
-    assert (e.count, e.tp, e.gpus, e.cpus, e.bundles(0)) == (1, 1, 0.25, 0.0, [0])
+    assert (e.count, e.tp, e.actor_gpus, e.actor_cpus, e.bundles(0), e.executor) == (1, 1, 0.25, 0.0, [0], None)
+    assert e.env([0]) == {}
 
 
-def test_split_placement_gives_engines_whole_gpus_and_a_broadcast():
+def test_split_placement_gives_each_engine_a_group_of_its_own_gpus_on_one_node():
     cfg = cfg_of("32b-rloo", "colocate_all_models=false", "vllm_enable_sleep=false")
     p = placement.plan(cfg, use_gpus=True)
     assert p.weight_transport == "broadcast"
     assert not any(g.in_policy_group for g in p.groups)
     assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True), Request("reference 2 x 4", 8, 1.0, 1.0, True),
-                            Request("vLLM engine (TP 4)", 2, 1.0, 4.0, False)]
+                            Request("vLLM engine (TP 4) 1 of 2", 4, 0.25, 1.0, True, True),
+                            Request("vLLM engine (TP 4) 2 of 2", 4, 0.25, 1.0, True, True)]
+    pgs = {g.name: g for g in p.placement_groups()}
+    assert pgs["engine-1"].strategy == "STRICT_PACK"
+    assert [dict(b) for b in pgs["engine-1"].bundles] == [{"CPU": 1.0, "GPU": 1.0}] + [{"GPU": 1.0}] * 3
+    e = p.engines
+    assert (e.actor_gpus, e.actor_cpus, e.worker_gpus, e.bundles(1)) == (0.0, 1.0, 1.0, [0, 1, 2, 3])
+    assert e.env(e.bundles(1))["VLLM_RAY_PER_WORKER_GPUS"] == "1"
 
 
 def test_without_gpus_ranks_take_a_quarter_cpu_and_the_hf_engine_gets_bytes():
@@ -54,12 +80,104 @@ def test_without_gpus_ranks_take_a_quarter_cpu_and_the_hf_engine_gets_bytes():
                        use_gpus=False)
     assert all(g.cpus_per_actor == placement.CPU_ONLY_CPUS and not g.use_gpus for g in p.groups)
     assert p.weight_transport == "safetensors"
-    assert p.engines.gpus == 0.0
+    assert p.engines.actor_gpus == 0.0 and p.engines.executor is None
 
 
 def test_ppo_with_gae_adds_a_critic_group():
     p = placement.plan(cfg_of("7b-ppo"), use_gpus=True)
     assert "critic" in [g.name for g in p.groups]
+
+
+def test_colocated_engines_are_regrouped_by_node_once_ray_has_placed_the_policy():
+    # PACK put bundles 0, 2 on node a and 1, 3 on node b: a TP group must not span the two
+    assert placement.node_local_bundles(["a", "b", "a", "b"], 2, 2) == [[0, 2], [1, 3]]
+    assert placement.node_local_bundles(["a", "a", "b", "b"], 2, 2) == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match="3 bundles on node a, 1 bundles on node b, not a multiple of 2"):
+        placement.node_local_bundles(["a", "a", "a", "b"], 2, 2)
+
+
+# --- every ask fits its bundle: every preset and a grid of shapes ----------------------------------------
+def _grid():
+    """(name, sets) of job shapes: nodes x GPUs, engines x TP, colocated or split, with and without a reference
+    and a critic, vLLM and HF engines. Shapes the config's rules refuse are skipped by the test (and counted)."""
+    out = []
+    for nodes in (1, 2, 4):
+        for per_node in (1, 2, 4, 8):
+            world = nodes * per_node
+            for tp in (1, 2, 4, 8):
+                for colocate in (True, False):
+                    engines = world // tp if colocate else max(1, world // (2 * tp))
+                    if engines < 1 or (colocate and world % tp):
+                        continue
+                    for algo in ("rloo", "rloo-nokl", "gae"):
+                        sets = [f"actor_num_nodes={nodes}", f"actor_num_gpus_per_node={per_node}",
+                                f"vllm_num_engines={engines}", f"vllm_tensor_parallel_size={tp}",
+                                f"colocate_all_models={str(colocate).lower()}",
+                                f"vllm_enable_sleep={str(colocate).lower()}",
+                                f"rollout_batch_size={8 * world}", f"train_batch_size={8 * world}",
+                                "micro_rollout_batch_size=1", "micro_train_batch_size=1"]
+                        if algo != "rloo-nokl":
+                            sets += [f"ref_num_nodes={nodes}", f"ref_num_gpus_per_node={per_node}"]
+                        if algo == "gae":
+                            sets += ["advantage_estimator=gae", "critic_pretrain=/m", f"critic_num_nodes={nodes}",
+                                     f"critic_num_gpus_per_node={per_node}"]
+                        if algo == "rloo-nokl":  # no reference: its flags back to their defaults
+                            sets += ["init_kl_coef=0", "ref_num_nodes=1", "ref_num_gpus_per_node=8"]
+                        out.append((f"{nodes}x{per_node} {engines}xTP{tp} {'colo' if colocate else 'split'} {algo}",
+                                    sets))
+    return out
+
+
+def _check_plan(p, label):
+    assert p.overcommitted() == [], label
+    groups = {g.name: g for g in p.placement_groups()}
+    e = p.engines
+    for i in range(e.count):
+        bundles = e.bundles(i)
+        group = groups[e.placement_group(i)]
+        assert all(b < len(group.bundles) for b in bundles), label
+        if e.executor == "ray":
+            # what vLLM's Ray executor will ask: from the same env the engine actor gets
+            env = e.env(bundles)
+            assert [int(x) for x in env["VLLM_RAY_BUNDLE_INDICES"].split(",")] == bundles, label
+            workers = [a for a in p.asks() if a.who.startswith(f"vLLM engine {i} TP worker")]
+            assert [a.bundle for a in workers] == bundles and all(
+                a.gpu == float(env["VLLM_RAY_PER_WORKER_GPUS"]) for a in workers), label
+            assert all(group.bundles[b].get("GPU", 0) >= 1 for b in bundles), label  # vLLM counts GPU bundles
+    # rlrun's check places exactly these groups: a cluster of exactly the asked size passes, one GPU less fails
+    if p.use_gpus:
+        need_gpu = sum(r.count * r.gpu for r in p.requests())
+        assert need_gpu == (p.groups[0].world_size if e.colocated else
+                            sum(g.world_size for g in p.groups) + e.count * e.tp), label
+
+
+@pytest.mark.parametrize("use_gpus", [True, False], ids=["gpus", "cpus"])
+def test_every_ask_of_every_preset_fits_its_bundle(use_gpus):
+    names = sorted(P.discover(P.preset_dirs()))
+    assert len(names) >= 8
+    for name in names:
+        _check_plan(placement.plan(cfg_of(name), use_gpus), name)
+
+
+def test_every_ask_of_a_grid_of_shapes_fits_its_bundle_and_the_check_places_the_groups():
+    planned = refused = 0
+    for label, sets in _grid():
+        try:
+            cfg = cfg_of("tiny-rloo", *sets)
+        except P.PresetError:
+            refused += 1
+            continue
+        for use_gpus in (True, False):
+            _check_plan(placement.plan(cfg, use_gpus), f"{label} gpus={use_gpus}")
+        # on GPUs: one node of exactly the GPUs the groups ask for holds the job; one GPU less does not
+        p = placement.plan(cfg, True)
+        need = sum(r.count * r.gpu for r in p.requests())
+        exact = (jobcheck.NodeView("10.0.0.1", 1024, need, True),)
+        assert jobcheck.place(exact, p.requests()) == [], label
+        short = (jobcheck.NodeView("10.0.0.1", 1024, need - 1, True),)
+        assert jobcheck.place(short, p.requests()), label
+        planned += 1
+    assert planned >= 100 and refused < planned / 4, (planned, refused)
 
 
 # --- one plan, two users ----------------------------------------------------------------------------------
@@ -91,7 +209,7 @@ def test_rluns_check_places_what_the_plan_asks(odd_plan):
 
 
 def test_the_loop_builds_its_groups_from_the_plan(odd_plan, monkeypatch):
-    """Trainer._group and Trainer._start_engines read only the plan (no Ray: the group class records)."""
+    """Trainer._group reads only the plan (no Ray: the group class records)."""
     from types import SimpleNamespace
 
     import trainer.loop as loop
@@ -99,14 +217,14 @@ def test_the_loop_builds_its_groups_from_the_plan(odd_plan, monkeypatch):
     built = []
 
     class RecordingGroup:
-        def __init__(self, cls, spec, pg=None):
+        def __init__(self, cls, spec, pg=None, **deadlines):
             built.append((spec, pg))
             self.pg = "policy-pg"
 
     monkeypatch.setattr(loop, "ActorGroup", RecordingGroup)
     cfg = cfg_of("32b-rloo", "colocate_all_models=false", "vllm_enable_sleep=false")
     p = loop.plan(cfg, True)  # what Trainer.__init__ calls
-    fake = SimpleNamespace(cfg=cfg, plan=p, policy=None)
+    fake = SimpleNamespace(cfg=cfg, plan=p, policy=None)  # noqa: F841 (Trainer._group reads these)
     fake.policy = loop.Trainer._group(fake, object, p.group("policy"))
     loop.Trainer._group(fake, object, p.group("reference"))
     assert [(s.name, s.num_nodes, s.gpus_per_node, pg) for s, pg in built] == [
@@ -133,12 +251,12 @@ def test_models_empty_their_caches_only_when_an_engine_would_not_fit():
     assert needs_room([(a, 50 * gib)], {a: 50 * gib})
 
 
-def test_the_loop_sums_what_engines_on_one_gpu_freed(monkeypatch):
-    """sleep_engines adds up the per-GPU bytes each engine's sleep freed (two engines on one GPU both need
+def test_the_engines_sum_what_engines_on_one_gpu_freed(monkeypatch):
+    """Engines.sleep adds up the per-GPU bytes each engine's sleep freed (two engines on one GPU both need
     their memory back), from each engine's before/after device readings."""
     from types import SimpleNamespace
 
-    from trainer.loop import Trainer
+    from trainer.engines import Engines
     from trainer.rollout.vllm_engine import freed_per_device
 
     gib = 2**30
@@ -151,9 +269,8 @@ def test_the_loop_sums_what_engines_on_one_gpu_freed(monkeypatch):
         def __init__(self, freed):
             self.sleep = SimpleNamespace(remote=lambda: freed)
 
-    fake = SimpleNamespace(engines=[Engine({"gpu:a": 20 * gib}), Engine({"gpu:a": 15 * gib, "gpu:b": 5 * gib})])
+    fake = SimpleNamespace(handles=[Engine({"gpu:a": 20 * gib}), Engine({"gpu:a": 15 * gib, "gpu:b": 5 * gib})])
     import ray
 
     monkeypatch.setattr(ray, "get", lambda refs: refs)  # the engines' results, as Ray would hand them back
-    assert Trainer.sleep_engines(fake) == 40 * gib
-    assert fake._wake_need == {"gpu:a": 35 * gib, "gpu:b": 5 * gib}
+    assert Engines.sleep(fake) == {"gpu:a": 35 * gib, "gpu:b": 5 * gib}

@@ -37,26 +37,52 @@ class GroupSpec:
         return self.num_nodes * self.gpus_per_node
 
 
-def reserve(spec: GroupSpec, timeout_s: float = 120.0) -> PlacementGroup:
-    """A placement group with one bundle per rank, packed per node as in OpenRLHF.
-
-    Fails with the arithmetic when the cluster cannot hold it within `timeout_s`.
-    """
+def group_bundle(spec: GroupSpec) -> dict[str, float]:
+    """One rank's bundle (trainer.placement.Plan.bundle gives the same: a test holds them equal)."""
     bundle: dict[str, float] = {"CPU": spec.cpus_per_actor}
     if spec.use_gpus:
         bundle["GPU"] = 1.0
-    pg = placement_group([dict(bundle) for _ in range(spec.world_size)], strategy="PACK",
-                         name=f"rlrun-{spec.name}")
+    return bundle
+
+
+def reserve(spec: GroupSpec, timeout_s: float = 300.0) -> PlacementGroup:
+    """A placement group with one bundle per rank, packed per node as in OpenRLHF (see reserve_bundles)."""
+    from trainer.placement import PlacementGroupPlan
+
+    bundles = tuple(group_bundle(spec) for _ in range(spec.world_size))
+    return reserve_bundles(PlacementGroupPlan(spec.name, bundles, "PACK"), timeout_s,
+                           f"group {spec.name} ({spec.num_nodes} nodes x {spec.gpus_per_node}), ")
+
+
+def reserve_bundles(plan: Any, timeout_s: float = 300.0, prefix: str = "") -> PlacementGroup:
+    """The placement group a :class:`trainer.placement.PlacementGroupPlan` describes, named ``rlrun-<name>``.
+
+    Fails within ``timeout_s`` with one line (:mod:`trainer.deadlines`): what was asked, in all, and what each
+    node has free."""
+    from trainer.deadlines import StartupTimeout, describe_pending
+
+    pg = placement_group([dict(b) for b in plan.bundles], strategy=plan.strategy, name=f"rlrun-{plan.name}")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
-        total = ray.cluster_resources()
+        detail = describe_pending()
         ray.util.remove_placement_group(pg)
-        need = {k: v * spec.world_size for k, v in bundle.items()}
-        raise RuntimeError(
-            f"group {spec.name}: {spec.num_nodes} nodes x {spec.gpus_per_node} = {spec.world_size} bundles of "
-            f"{bundle} (in all {need}) cannot be placed within {timeout_s:.0f} s; the cluster has "
-            f"CPU={total.get('CPU', 0):g}, GPU={total.get('GPU', 0):g}")
+        need: dict[str, float] = {}
+        for b in plan.bundles:
+            for k, v in b.items():
+                need[k] = need.get(k, 0.0) + v
+        total = ", ".join(f"{k} {v:g}" for k, v in sorted(need.items(), key=lambda kv: kv[0] != "GPU"))
+        raise StartupTimeout(f"{prefix}{plan.describe()} ({total} in all) not placed within {timeout_s:g} s: {detail}")
     return pg
+
+
+def bundle_nodes(pg: PlacementGroup) -> list[str]:
+    """The node (IP) of each bundle of a placed group, in bundle order."""
+    from ray.util import placement_group_table
+
+    ips = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()}
+    table = placement_group_table(pg)
+    nodes = {int(k): v for k, v in (table.get("bundles_to_node_id") or {}).items()}
+    return [ips.get(nodes.get(i, ""), "?") for i in range(len(pg.bundle_specs))]
 
 
 # The cluster's pinned range for the jobs' rendezvous stores ("FIRST-LAST"), set by the Ray
@@ -115,8 +141,10 @@ class DistributedWorker:
         sock = self.__dict__.get("_rendezvous", {}).pop(port, None)
         return sock.detach() if sock is not None else None
 
-    def init_process_group(self, master_addr: str, master_port: int, backend: str) -> int:
-        """Join the group on rank 0's store, then hand it to DeepSpeed; returns this rank."""
+    def init_process_group(self, master_addr: str, master_port: int, backend: str, timeout_s: float = 300.0) -> int:
+        """Join the group on rank 0's store, then hand it to DeepSpeed; returns this rank. Forming the group
+        (every rank at the store, then a first collective that makes NCCL build its communicator) must end
+        within ``timeout_s``; later collectives keep DeepSpeed's 30 minutes."""
         import datetime
 
         import torch.distributed as dist
@@ -138,15 +166,24 @@ class DistributedWorker:
             # every interface); DeepSpeed then finds torch.distributed initialised and keeps it.
             timeout = datetime.timedelta(minutes=30)  # DeepSpeed's default process-group timeout
             fd = self.take_listen_fd(master_port) if self.rank == 0 else None
-            store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0, timeout=timeout,
-                                  master_listen_fd=fd)
+            store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0,
+                                  timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=fd)
             dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
                                     timeout=timeout)
+            if backend == "nccl":  # the communicator is built lazily: build it now, while the deadline runs
+                import torch
+
+                torch.cuda.set_device(0)  # Ray shows each rank its own GPU as device 0
+                dist.barrier(device_ids=[0])
+            store.set_timeout(timeout)
             deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         return dist.get_rank()
 
     def ping(self) -> int:
         return self.rank
+
+    def node_ip(self) -> str:
+        return ray.util.get_node_ip_address()
 
     def device_free(self) -> tuple[str, int]:
         """This rank's GPU (``gpu:<UUID>``, as the engines name theirs) and its free bytes as the driver
@@ -172,12 +209,17 @@ class DistributedWorker:
 
 
 class ActorGroup:
-    """Ranked actors of `actor_cls` (a subclass of DistributedWorker) joined in one process group."""
+    """Ranked actors of `actor_cls` (a subclass of DistributedWorker) joined in one process group.
+
+    Every wait has a deadline (:mod:`trainer.deadlines`): the placement group and the actors' start within
+    ``placement_timeout``, the process group within ``dist_timeout``; each ends the job with one line."""
 
     def __init__(self, actor_cls: type, spec: GroupSpec, pg: PlacementGroup | None = None,
-                 bundle_offset: int = 0):
+                 bundle_offset: int = 0, *, placement_timeout: float = 300.0, dist_timeout: float = 300.0):
+        from trainer.deadlines import wait_all
+
         self.spec = spec
-        self.pg = pg if pg is not None else reserve(spec)
+        self.pg = pg if pg is not None else reserve(spec, placement_timeout)
         self._own_pg = pg is None
         remote_cls = ray.remote(actor_cls)
         self.actors = [
@@ -191,9 +233,15 @@ class ActorGroup:
             ).remote(rank, spec.world_size)
             for rank in range(spec.world_size)
         ]
+        labels = [f"{spec.name} rank {r}" for r in range(spec.world_size)]
+        wait_all([a.ping.remote() for a in self.actors], labels, placement_timeout, f"group {spec.name}: actor start")
         backend = "nccl" if spec.use_gpus else "gloo"
         addr, port = ray.get(self.actors[0].rendezvous_address.remote())
-        ranks = ray.get([a.init_process_group.remote(addr, port, backend) for a in self.actors])
+        nodes = ray.get([a.node_ip.remote() for a in self.actors])
+        # the ranks' own store deadline comes later than this one, so the job ends with the line naming them
+        ranks = wait_all([a.init_process_group.remote(addr, port, backend, dist_timeout + 30) for a in self.actors],
+                         [f"{label} on {ip}" for label, ip in zip(labels, nodes, strict=True)],
+                         dist_timeout, f"group {spec.name}: {backend} group at {addr}:{port}", diagnose=False)
         if ranks != list(range(spec.world_size)):
             raise RuntimeError(f"group {spec.name}: ranks {ranks} after rendezvous, expected 0..{spec.world_size - 1}")
 

@@ -213,7 +213,7 @@ class ModelWorker(DistributedWorker):
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
             total, metrics = policy_objective(logp, mb["old_logprobs"], mb["advantages"], mask,
-                                              mb.get("ref_logprobs"), objective)
+                                              mb.get("ref_logprobs"), objective, mb.get("rollout_logprobs"))
             self.engine.backward(total)
             self.engine.step()
             for key, value in metrics.items():
@@ -235,27 +235,28 @@ class ModelWorker(DistributedWorker):
             total += loss.item() / len(micro_batches)
         return total
 
-    def init_weight_sync(self, master_addr: str, master_port: int, world_size: int, backend: str) -> None:
-        """Rank 0 hosts the policy -> engines weight-sync group (it is its rank 0, the sender)."""
+    def init_weight_sync(self, master_addr: str, master_port: int, world_size: int, backend: str,
+                         timeout_s: float = 600.0) -> None:
+        """Rank 0 hosts the policy -> engines weight-sync group (it is its rank 0, the sender); forming it
+        waits at most ``timeout_s`` for the engines' workers."""
         from trainer.sync import make_sync_group
 
         if self.rank == 0:
-            self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend,
+            self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend, timeout_s=timeout_s,
                                          master_listen_fd=self.take_listen_fd(master_port))
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,
-        from rank 0, broadcast each bucket to the engines; returns the bytes sent (0 on the other ranks)."""
-        from trainer.sync import iter_zero3_buckets, send_bucket, send_end
+        from rank 0, stream them to the engines: the plan first (from the parameters' metadata), then each
+        bucket posted while the next one is gathered. Returns the bytes sent (0 on the other ranks)."""
+        from trainer.sync import broadcast_buckets, iter_zero3_buckets, model_bucket_plan
 
-        sent = 0
-        for bucket in iter_zero3_buckets(self.engine, bucket_bytes):
-            if self.rank == 0:
-                send_bucket(self._sync, bucket)
-                sent += bucket.nbytes
+        buckets = iter_zero3_buckets(self.engine, bucket_bytes)
         if self.rank == 0:
-            send_end(self._sync)
-        return sent
+            return broadcast_buckets(self._sync, buckets, plan=model_bucket_plan(self.engine, bucket_bytes))
+        for _ in buckets:  # the other ranks take part in every bucket's all-gather
+            pass
+        return 0
 
     def push_weights_shared(self, engines: list[Any], bucket_bytes: int) -> int:
         """Colocated engines: gather the ZeRO-3 parameters a bucket at a time and hand each bucket to the

@@ -22,8 +22,8 @@ from typing import Any
 
 from trainer.config.errors import unknown_name_problem
 from trainer.config.fields import FlagSpec, flag_specs, split_list
+from trainer.config.openrlhf import DOTTED, refusal
 from trainer.config.openrlhf import FLAGS as OPENRLHF_FLAGS
-from trainer.config.openrlhf import refusal
 from trainer.config.schema import TrainerConfig
 from trainer.config.verl import override_hint
 
@@ -63,7 +63,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
+    dotted: dict[str, list[str]] = {}
+    for old, ours in DOTTED.items():
+        dotted.setdefault(ours, []).append("--" + old)
     for spec in flag_specs(TrainerConfig):
+        names = [spec.cli, *dotted.get(spec.name, [])]
         meta = spec.meta
         group = groups.get(meta.group) or groups.setdefault(meta.group, parser.add_argument_group(meta.group))
         kwargs: dict[str, Any] = {
@@ -72,7 +76,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
             "help": _help(spec).replace("%", "%%"),
         }
         if spec.base is bool:
-            group.add_argument(spec.cli, action="store_true", **kwargs)
+            group.add_argument(*names, action="store_true", **kwargs)
             continue
         kwargs["type"] = _converter(spec)
         if spec.choices is not None:
@@ -83,7 +87,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
             kwargs["nargs"] = 2
         if meta.const is not None:
             kwargs.update(nargs="?", const=meta.const)
-        group.add_argument(spec.cli, **kwargs)
+        group.add_argument(*names, **kwargs)
     _add_refused_openrlhf_flags(parser)
     return parser
 

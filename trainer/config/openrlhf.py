@@ -81,12 +81,11 @@ FLAGS: dict[str, OpenRLHFFlag] = {
         _same("critic_num_gpus_per_node"),
         _refused("reward_num_nodes", _NO_RM),
         _refused("reward_num_gpus_per_node", _NO_RM),
-        _refused("colocate_actor_ref", "only --colocate_all_models (every model and engine on the actor's GPUs)",
-                 nargs=0),
+        _same("colocate_actor_ref"),
         _refused("colocate_critic_reward", _NO_RM, nargs=0),
         _same("colocate_all_models"),
-        _refused("async_train", "only synchronous training (generate, then train) is implemented", nargs=0,
-                 versions="0.8.4"),
+        _differs("async_train", "weights are pushed between two rollouts (no partial rollouts); --max_staleness bounds how old "
+                 "a rollout may be; refused with --colocate_all_models", versions="0.8.4"),
         # --- vLLM -----------------------------------------------------------------------------------
         _differs("vllm_num_engines", "default 1 engine (OpenRLHF's default None means no vLLM); 0 does not mean "
                  "'no vLLM': HF generate() rollouts are --rollout_backend hf"),
@@ -246,10 +245,9 @@ FLAGS: dict[str, OpenRLHFFlag] = {
         _refused("wandb_group", "W&B runs are not grouped"),
         _same("wandb_project"),
         _same("wandb_run_name"),
-        _refused("dynamic_filtering", "dynamic sampling (dropping prompts whose samples all score alike) is not "
-                 "implemented", nargs=0, versions="0.8.4"),
-        _refused("dynamic_filtering_reward_range", "dynamic sampling is not implemented", nargs=2,
-                 versions="0.8.4"),
+        _differs("dynamic_filtering", "also drops prompts whose samples all score alike; draws at most "
+                 "--dynamic_filtering_max_rounds rollouts per batch", versions="0.8.4"),
+        _same("dynamic_filtering_reward_range", versions="0.8.4"),
         _differs("use_tensorboard", "a bare --use_tensorboard logs to <save_path>/tensorboard"),
         _refused("perf", "no separate performance report: every step logs timing/* and token counts", nargs=0),
         _refused("use_ms", "no model hub here (ModelScope included): give local paths", nargs=0),
@@ -280,6 +278,23 @@ OWN_FLAGS: dict[str, str] = {
     "retriever_timeout": "seconds before a retrieval request times out",
     "retriever_retries": "retries of a failed retrieval request",
     "state_masking": "no loss, KL or value target on tool-inserted tokens (Search-R1's actor.state_masking)",
+    "placement_timeout": "deadline for placement groups and actors to be placed (OpenRLHF waits for ever)",
+    "engine_start_timeout": "deadline for the rollout engines to start",
+    "dist_timeout": "deadline for an NCCL/gloo group (model groups, weight sync) to form",
+    "max_staleness": "how many policy versions old an --async_train rollout may be (OpenRLHF: its queue size)",
+    "is_correction": "rollout/train mismatch correction (OpenRLHF 0.11: --algo.advantage.is_correction_*)",
+    "is_correction_threshold": "the band of --is_correction",
+    "skip_rollout_logprobs": "do not ask the engines for the sampled tokens' log-probs",
+    "dynamic_filtering_max_rounds": "most rollouts drawn to fill one --dynamic_filtering batch",
+}
+
+#: OpenRLHF >= 0.10's dotted names of the flags above (its CLI regrouped every flag); accepted as they are.
+DOTTED: dict[str, str] = {
+    "train.async_enable": "async_train",
+    "algo.advantage.is_correction_type": "is_correction",
+    "algo.advantage.is_correction_threshold": "is_correction_threshold",
+    "algo.dynamic_filtering_enable": "dynamic_filtering",
+    "algo.dynamic_filtering_range": "dynamic_filtering_reward_range",
 }
 
 

@@ -124,7 +124,8 @@ def derive(c: Config) -> dict[str, Any]:
         "ref_world_size": ref,
         "critic_world_size": critic,
         "vllm_total_gpus": vllm,
-        "gpus_required": actor if c.colocate_all_models else actor + ref + critic + vllm,
+        "gpus_required": (actor if c.colocate_all_models else
+                          actor + critic + vllm if c.colocate_actor_ref else actor + ref + critic + vllm),
         "grad_accum_steps": c.train_batch_size // (c.micro_train_batch_size * actor),
         "critic_grad_accum_steps": (
             c.train_batch_size // (c.critic_micro_train_batch_size * critic) if critic else 0
@@ -338,6 +339,11 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
     (("max_turns", "retriever_topk", "retriever_timeout", "retriever_retries", "state_masking"),
      "--retriever_url (multi-turn search rollouts)", lambda c: "rollouts are single-turn without a retriever",
      lambda c: c.retriever_url is not None),
+    (("max_staleness",), "--async_train", lambda c: "training is synchronous", lambda c: c.async_train),
+    (("dynamic_filtering_reward_range", "dynamic_filtering_max_rounds"), "--dynamic_filtering",
+     lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
+    (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
+     lambda c: c.is_correction != "none"),
     (("save_hf_ckpt",), "--save_steps > 0 (it is saved with each checkpoint)",
      lambda c: "no checkpoint is saved during training", lambda c: c.save_steps > 0),
 ]  # fmt: skip
@@ -350,7 +356,8 @@ def _default(c: Config, name: str) -> Any:
 def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[Config], str],
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
-             "rollout_backend", "save_steps", "retriever_url", *names}
+             "rollout_backend", "save_steps", "retriever_url", "async_train", "dynamic_filtering", "is_correction",
+             *names}
 
     @_rule(*reads)
     def only_with(c: Config) -> Iterator[str]:
@@ -367,6 +374,40 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
 
 for _entry in _ONLY_WITH:
     _only_with_rule(*_entry)
+
+
+@_rule("async_train", "colocate_all_models", "max_staleness", "rollout_backend")
+def _async_needs_engines_of_their_own(c: Config) -> Iterator[str]:
+    if not c.async_train:
+        return
+    if c.colocate_all_models:
+        yield ("--async_train with --colocate_all_models: the engines share the policy's GPUs, and one GPU cannot "
+               "generate the next rollout while it trains on this one; drop --colocate_all_models (engines on "
+               "GPUs of their own) or --async_train")
+    if c.max_staleness < 1:
+        yield (f"--async_train with --max_staleness {c.max_staleness}: a rollout made while the policy trains is "
+               "at least one version old; use --max_staleness >= 1, or drop --async_train for on-policy training")
+
+
+@_rule("is_correction", "skip_rollout_logprobs")
+def _is_correction_needs_rollout_logprobs(c: Config) -> Iterator[str]:
+    if c.is_correction != "none" and c.skip_rollout_logprobs:
+        yield (f"--is_correction {c.is_correction} with --skip_rollout_logprobs: the correction weighs each token "
+               "by pi_train / pi_rollout and needs the engines' log-probs; drop --skip_rollout_logprobs")
+
+
+@_rule("is_correction_threshold")
+def _is_band(c: Config) -> Iterator[str]:
+    low, high = c.is_correction_threshold
+    if not low <= high:
+        yield f"--is_correction_threshold {low:g} {high:g}: expected LOW <= HIGH"
+
+
+@_rule("dynamic_filtering_reward_range")
+def _filter_range(c: Config) -> Iterator[str]:
+    low, high = c.dynamic_filtering_reward_range
+    if not low < high:
+        yield f"--dynamic_filtering_reward_range {low:g} {high:g}: expected LOW < HIGH (prompts with LOW < mean < HIGH are kept)"
 
 
 @_rule("use_kl_loss", "init_kl_coef")
@@ -393,18 +434,23 @@ def _colocated_vllm(c: Config) -> Iterator[str]:
         )
 
 
-@_rule("colocate_all_models", "init_kl_coef", "advantage_estimator", "actor_num_nodes",
+@_rule("colocate_all_models", "colocate_actor_ref", "init_kl_coef", "advantage_estimator", "actor_num_nodes",
        "actor_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node", "critic_num_nodes",
        "critic_num_gpus_per_node")  # fmt: skip
 def _colocated_placement(c: Config) -> Iterator[str]:
-    if not c.colocate_all_models:
+    if c.colocate_actor_ref and not has_ref(c):
+        yield "--colocate_actor_ref without a reference model (--init_kl_coef 0): nothing to colocate; drop the flag"
+    if c.colocate_actor_ref and c.colocate_all_models:
+        yield "--colocate_actor_ref with --colocate_all_models: the second already puts the reference there; drop one"
+    if not (c.colocate_all_models or c.colocate_actor_ref):
         return
+    flag = "--colocate_all_models" if c.colocate_all_models else "--colocate_actor_ref"
     actor = (c.actor_num_nodes, c.actor_num_gpus_per_node)
-    roles = [("ref", has_ref(c)), ("critic", has_critic(c))]
+    roles = [("ref", has_ref(c)), ("critic", has_critic(c) and c.colocate_all_models)]
     for role, present in roles:
         placement = (getattr(c, f"{role}_num_nodes"), getattr(c, f"{role}_num_gpus_per_node"))
         if present and placement != actor:
-            yield (f"--colocate_all_models requires the {role} placement to equal the actor's: "
+            yield (f"{flag} requires the {role} placement to equal the actor's: "
                    f"--{role}_num_nodes {placement[0]} x --{role}_num_gpus_per_node {placement[1]} != "
                    f"--actor_num_nodes {actor[0]} x --actor_num_gpus_per_node {actor[1]}")  # fmt: skip
 

@@ -36,9 +36,10 @@ REDACTED = "<redacted>"
 
 
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.
-P, V, M, D, T, A, S, C, L, R = (
+P, V, M, D, T, A, S, C, L, R, X = (
     "placement", "rollout engine (vLLM)", "models and reward", "data", "rollout and training batches",
     "PPO algorithm", "DeepSpeed", "checkpoints", "logging", "multi-turn tool rollouts (Search-R1)",
+    "overlap, off-policy correction and dynamic sampling",
 )  # fmt: skip
 
 
@@ -56,6 +57,22 @@ class TrainerConfig:
     colocate_all_models: bool = flag(
         False, "Share the actor's GPUs between actor, reference, critic and the vLLM engines.", group=P
     )
+    colocate_actor_ref: bool = flag(
+        False, "Share the actor's GPUs with the reference model only (each takes half of a GPU); the engines keep "
+        "GPUs of their own.", group=P,
+    )  # fmt: skip
+    placement_timeout: float = flag(
+        300.0, "Seconds a placement group or an actor may wait for Ray to place it before the job ends with one "
+        "line naming what is pending, what it asked for and what its node has free.", group=P, gt=0,
+    )  # fmt: skip
+    engine_start_timeout: float = flag(
+        900.0, "Seconds the rollout engines may take to start (vLLM: weights, KV cache, compilation, CUDA "
+        "graphs) before the job ends with one line naming what is pending.", group=P, gt=0,
+    )  # fmt: skip
+    dist_timeout: float = flag(
+        300.0, "Seconds an NCCL/gloo group (a model group, the weight-sync group) may take to form before the "
+        "job ends with one line naming the members that did not join.", group=P, gt=0,
+    )  # fmt: skip
     # --- rollout engine ----------------------------------------------------------------------------------
     rollout_backend: Literal["vllm", "hf"] = flag(
         "vllm", "Generate rollouts with vLLM engines, or with HF generate() on the actor ('hf').", group=V
@@ -199,6 +216,44 @@ class TrainerConfig:
     sft_learning_rate: float | None = flag(
         None, "Learning rate of the supervised warm-up (default: --actor_learning_rate).", group=T, gt=0
     )
+    # --- overlap and sampling ------------------------------------------------------------------------
+    async_train: bool = flag(
+        False, "Overlap generation with training (one-step-off and beyond): engines on GPUs of their own generate "
+        "the next rollout while the policy trains on this one; weights go to the engines after each step, "
+        "between two rollouts (no partial rollouts). Refused with --colocate_all_models. OpenRLHF's "
+        "--train.async_enable.", group=X,
+    )  # fmt: skip
+    max_staleness: int = flag(
+        1, "With --async_train: how many policy versions older than the one that trains on it a rollout may "
+        "be generated with (1: one-step-off). Logged as async/staleness.", group=X, ge=0,
+    )  # fmt: skip
+    is_correction: Literal["none", "tis", "icepop", "seq-mask-tis"] = flag(
+        "none", "Correct the rollout/train mismatch with the engines' own log-probs of the sampled tokens, on "
+        "r = pi_train / pi_rollout: tis clamps r to the band (truncated IS), icepop drops tokens outside it, "
+        "seq-mask-tis drops sequences whose mean ratio is outside it (OpenRLHF 0.11's formula; its "
+        "--algo.advantage.is_correction_type).", group=X,
+    )  # fmt: skip
+    is_correction_threshold: tuple[float, float] = flag(
+        (0.5, 5.0), "The band [LOW, HIGH] of --is_correction (OpenRLHF's --algo.advantage.is_correction_threshold).",
+        group=X, ge=0, metavar=("LOW", "HIGH"),
+    )  # fmt: skip
+    skip_rollout_logprobs: bool = flag(
+        False, "Do not ask the engines for the sampled tokens' log-probs (no rollout/logprob_mismatch metric; "
+        "refused with --is_correction).", group=X,
+    )  # fmt: skip
+    dynamic_filtering: bool = flag(
+        False, "DAPO's dynamic sampling: drop prompts whose samples all score alike or whose mean reward is "
+        "outside --dynamic_filtering_reward_range, and draw more prompts until the rollout batch is full "
+        "(at most --dynamic_filtering_max_rounds rollouts). OpenRLHF's --algo.dynamic_filtering_enable.", group=X,
+    )  # fmt: skip
+    dynamic_filtering_reward_range: tuple[float, float] = flag(
+        (0.0, 1.0), "Keep a prompt when LOW < its samples' mean reward < HIGH (OpenRLHF's range).", group=X,
+        metavar=("LOW", "HIGH"),
+    )  # fmt: skip
+    dynamic_filtering_max_rounds: int = flag(
+        4, "Most rollouts drawn to fill one batch with informative prompts; a batch still short trains on what "
+        "it has (logged as dynamic_filtering/short).", group=X, ge=1,
+    )  # fmt: skip
     # --- PPO algorithm -----------------------------------------------------------------------------------
     advantage_estimator: AdvantageEstimator = flag(
         "gae",

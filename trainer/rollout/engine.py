@@ -12,8 +12,10 @@ Conventions shared by both engines:
 - ``generate`` returns ``len(prompts) * n`` samples, prompt-major (all samples of prompt 0 first);
 - ``temperature == 0`` means greedy decoding;
 - a response ends at the first EOS token (kept in ``response_token_ids``) or after ``max_new_tokens``;
-- ``logprobs`` are the *raw* model log-probabilities of the sampled tokens (before temperature / top_p),
-  as vLLM's default ``logprobs_mode="raw_logprobs"`` reports them.
+- ``logprobs`` are the log-probabilities of the sampled tokens under the distribution sampled from, after
+  the temperature (vLLM's ``logprobs_mode="processed_logprobs"``; with ``top_p < 1`` vLLM's are also
+  renormalised over the nucleus): what the policy computes with ``log_probs_from_logits(..., temperature)``,
+  so the two can be compared (``rollout/logprob_mismatch``) and used for importance-sampling correction.
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ class Sample:
 
 class RolloutEngine(abc.ABC):
     """Generates rollouts and takes new policy weights; see the module docstring for the conventions."""
+
+    def ready(self) -> str:
+        """The node this engine runs on, once it has started (as a Ray actor: the first call that returns
+        after construction; :class:`trainer.engines.Engines` waits on it with a deadline)."""
+        import socket
+
+        try:
+            import ray
+
+            if ray.is_initialized():
+                return ray.util.get_node_ip_address()
+        except ImportError:  # an engine used without Ray
+            pass
+        return socket.gethostname()
 
     @abc.abstractmethod
     def generate(
@@ -97,8 +113,8 @@ class RolloutEngine(abc.ABC):
         """Multi-turn search rollouts (:mod:`trainer.rollout.tools`), called in the engine's process so the
         retrieval service is the one on this node (``{node_ip}`` in ``retriever_url``). ``n`` samples per
         prompt, prompt-major; each :class:`Sample` carries its ``action_mask`` (0 on inserted tokens),
-        ``turns`` and ``tool_calls``; no log-probs (the policy recomputes them). Also returns where the time
-        went (``RolloutStats.as_dict``)."""
+        ``turns`` and ``tool_calls``, and the engine's log-probs of its response tokens (0 on the inserted
+        ones, which are no actions). Also returns where the time went (``RolloutStats.as_dict``)."""
         from trainer.rollout.tools import SearchTool, run_tool_rollout, run_tool_rollout_streaming
 
         check_generate_args(prompts, n, temperature, 1.0 if temperature == 0 else top_p, max_new_tokens)
@@ -123,7 +139,7 @@ class RolloutEngine(abc.ABC):
             tool=tool, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
             seed=seed, eos_id=tokenizer.eos_token_id)
         samples = [Sample(prompts[r.prompt_index], list(ids[r.prompt_index]), r.response,
-                          tokenizer.decode(r.response, skip_special_tokens=True), None, r.finish_reason,
+                          tokenizer.decode(r.response, skip_special_tokens=True), r.logprobs, r.finish_reason,
                           r.action_mask, r.turns, r.tool_calls) for r in rows]
         return samples, stats.as_dict()
 

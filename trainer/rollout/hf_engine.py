@@ -115,13 +115,10 @@ class HfEngine(RolloutEngine):
             **sampling,
         )
         new_dev = out.sequences[:, width:]
-        # Raw log-probs of the sampled tokens, one step at a time on the model's device: stacking every
-        # step's logits ([batch * n, steps, vocab] float32, 10 GB for 64 x 256 tokens of a 152k vocab) and
-        # taking the softmax on the CPU cost more than the generation itself.
-        logp = None
-        if logprobs:
-            logp = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(-1, new_dev[:, t : t + 1]).squeeze(-1)
-                                for t, step in enumerate(out.logits)], dim=1).cpu()  # fmt: skip
+        # Log-probs of the sampled tokens after the temperature (the policy's), one step at a time on the
+        # model's device: stacking every step's logits ([batch * n, steps, vocab] float32, 10 GB for 64 x 256
+        # tokens of a 152k vocab) and taking the softmax on the CPU cost more than the generation itself.
+        logp = _sampled_logprobs(out.logits, new_dev, temperature) if logprobs else None
         new = new_dev.cpu()
         samples = []
         for row in range(new.shape[0]):
@@ -175,19 +172,23 @@ class HfEngine(RolloutEngine):
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
             sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-        gen = self.model.generate(
+        out = self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
             max_new_tokens=max(max(budgets), 1), eos_token_id=self.eos_id, pad_token_id=self.pad_id,
-            stopping_criteria=StoppingCriteriaList([StopAt()]) if stop else None, **sampling)
+            stopping_criteria=StoppingCriteriaList([StopAt()]) if stop else None, return_dict_in_generate=True,
+            output_logits=True, **sampling)
+        new_dev = out.sequences[:, width:]
+        logp = _sampled_logprobs(out.logits, new_dev, temperature).tolist()
         results = []
-        for row, budget in zip(gen[:, width:].cpu().tolist(), budgets, strict=True):
+        for i, (row, budget) in enumerate(zip(new_dev.cpu().tolist(), budgets, strict=True)):
             tokens, finish = row[: max(budget, 0)], "length"
             if self.eos_id is not None and self.eos_id in tokens:
                 tokens, finish = tokens[: tokens.index(self.eos_id) + 1], "stop"
             cut = cut_at_stop(tokens, decode, stop) if stop else tokens
             if len(cut) < len(tokens) or (finish == "length" and cut and any(decode(cut).endswith(s) for s in stop)):
                 tokens, finish = cut, "stop"
-            results.append(Completion(tokens, self.tokenizer.decode(tokens, skip_special_tokens=True), finish))
+            results.append(Completion(tokens, self.tokenizer.decode(tokens, skip_special_tokens=True), finish,
+                                      logp[i][: len(tokens)]))
         return results
 
     # --- weights ---------------------------------------------------------------------------------------
@@ -236,3 +237,11 @@ class HfEngine(RolloutEngine):
 
     def shutdown(self) -> None:
         self.model = None
+
+
+def _sampled_logprobs(logits: tuple[torch.Tensor, ...], tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``[rows, steps]`` log-probs of ``tokens`` under each step's logits after the temperature (greedy: 1),
+    computed a step at a time on the logits' device; CPU float32."""
+    scale = temperature if temperature > 0 else 1.0
+    return torch.stack([torch.log_softmax(step.float() / scale, dim=-1).gather(-1, tokens[:, t : t + 1]).squeeze(-1)
+                        for t, step in enumerate(logits)], dim=1).cpu()

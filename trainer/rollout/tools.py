@@ -48,11 +48,14 @@ NODE_IP = "{node_ip}"
 
 @dataclass
 class Completion:
-    """One continuation of one context: the new tokens (EOS kept), their text and why it stopped."""
+    """One continuation of one context: the new tokens (EOS kept), their text, why it stopped, and the
+    engine's log-probs of those tokens (temperature-scaled, as the policy computes them; None when the engine
+    was not asked for them)."""
 
     token_ids: list[int]
     text: str
     finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    logprobs: list[float] | None = None
 
 
 class Completer(Protocol):
@@ -86,6 +89,7 @@ class ToolRollout:
     context: list[int]  # prompt tokens
     response: list[int] = field(default_factory=list)
     action_mask: list[int] = field(default_factory=list)  # 1 generated, 0 inserted
+    logprobs: list[float] | None = field(default_factory=list)  # the engine's, per response token (0 on inserted)
     turns: int = 0  # generation turns
     tool_calls: int = 0
     finish_reason: str = "stop"
@@ -328,6 +332,8 @@ def _end_turn(r: ToolRollout, out: Completion, max_turns: int, max_new_tokens: i
     (no closed search, EOS, its ``max_turns`` searches used, or no budget left)."""
     r.response += out.token_ids
     r.action_mask += [1] * len(out.token_ids)
+    if r.logprobs is not None:
+        r.logprobs = None if out.logprobs is None else r.logprobs + list(out.logprobs)
     r.turns += 1
     r.finish_reason = out.finish_reason
     query = search_query(out.text) if out.finish_reason == "stop" else None
@@ -359,6 +365,8 @@ def _insert(r: ToolRollout, block: list[int], max_new_tokens: int) -> bool:
     ids = block[: max(max_new_tokens - len(r.response), 0)]
     r.response += ids
     r.action_mask += [0] * len(ids)
+    if r.logprobs is not None:  # the tool's tokens are no actions: no log-prob of the engine's
+        r.logprobs += [0.0] * len(ids)
     r.tool_calls += 1
     if len(r.response) >= max_new_tokens:  # no room left to answer
         r.done, r.finish_reason = True, "length"

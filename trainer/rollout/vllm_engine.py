@@ -120,6 +120,9 @@ class VllmEngine(RolloutEngine):
             dtype=dtype,
             seed=seed,
             worker_extension_cls=WORKER_EXTENSION,
+            # the sampled tokens' log-probs after the temperature: the policy's own (rollout/logprob_mismatch,
+            # importance-sampling correction); vLLM's default reports them before it
+            logprobs_mode="processed_logprobs",
         )
         if kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
@@ -155,7 +158,7 @@ class VllmEngine(RolloutEngine):
         logprobs: bool = True,
     ) -> list[Sample]:
         """See :meth:`RolloutEngine.generate`; ``logprobs``: return the sampled tokens' log-probs
-        (``logprobs=0`` in vLLM; the training loop recomputes them and asks for none)."""
+        (``logprobs=0`` in vLLM: the sampled token's only, after the temperature)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -198,7 +201,7 @@ class VllmEngine(RolloutEngine):
         outputs = []
         for group in self._seed_safe_groups(todo, contexts, seeds):
             params = [SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                     max_tokens=max_tokens[i], seed=seed, stop=list(stop),
+                                     max_tokens=max_tokens[i], seed=seed, stop=list(stop), logprobs=0,
                                      include_stop_str_in_output=True) for i, seed in group]
             outputs += self.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i, _ in group], params,
                                          use_tqdm=False)
@@ -380,12 +383,16 @@ def _completion(tokenizer: Any, c: Any, stop: Sequence[str]) -> Completion:
     string (vLLM may keep a token after it), their text, and why the turn ended."""
     tokens = list(c.token_ids)
     text = c.text  # vLLM's own detokenization (skip_special_tokens, as decode below)
+    lps = None
+    if c.logprobs is not None:
+        lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
     if c.stop_reason in stop:
         cut = cut_at_stop(tokens, tokenizer.decode, stop)
         if len(cut) < len(tokens):
             tokens, text = cut, tokenizer.decode(cut, skip_special_tokens=True)
+            lps = lps[: len(cut)] if lps is not None else None
     finish = "stop" if c.finish_reason == "stop" else "length"
-    return Completion(tokens, text, finish)
+    return Completion(tokens, text, finish, lps)
 
 
 class _VllmStepper:
@@ -410,7 +417,7 @@ class _VllmStepper:
 
         params = SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                 max_tokens=max_tokens, seed=seed, stop=list(stop), include_stop_str_in_output=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+                                logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
         rid = f"{self.prefix}{self.count}"
         self.count += 1
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(context)), params)
