@@ -205,7 +205,7 @@ def test_shell_completion_offers_commands_and_preset_names():
         return [line.split(",", 1)[1] for line in out.splitlines()]
 
     assert complete("rlrun su", 1) == ["submit"]
-    assert complete("rlrun submit --preset tiny-r", 3) == ["tiny-rloo"]
+    assert complete("rlrun submit --preset tiny-r", 3) == ["tiny-rloo", "tiny-rloo-async"]
     assert "validate" in complete("rlrun ", 1) and "plot" in complete("rlrun ", 1)
 
 

@@ -12,7 +12,8 @@ from rlrun import presets as P
 from rlrun.errors import RlrunError
 from trainer.config.cli import parse_args
 
-SIX = ["1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-rloo", "tiny-search"]
+SIX = ["0.5b-async", "1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-rloo",
+       "tiny-rloo-async", "tiny-search"]
 CONTEXT = {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward",
            "retriever_url": "http://{node_ip}:8000/retrieve"}
 SEED_004 = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "004_2df873a0264a0e23.txt"
@@ -27,6 +28,7 @@ def test_the_six_presets_are_built_in_with_their_hardware():
     assert sorted(found) == SIX
     assert all(p.builtin and p.description for p in found.values())
     assert {n: str(p.hardware) for n, p in found.items()} == {
+        "0.5b-async": "1 x 3 GPUs", "tiny-rloo-async": "1 CPU node",
         "1.5b-grpo": "2 x 8 GPUs", "32b-rloo": "2 x 8 GPUs", "7b-ppo": "2 x 8 GPUs", "qwen2-7b-ppo": "2 x 8 GPUs",
         "search-r1-ppo": "2 x 8 GPUs", "tiny-ppo": "1 CPU node", "tiny-rloo": "1 CPU node", "tiny-search": "1 CPU node"}
 
@@ -211,8 +213,9 @@ def test_bad_preset_file_is_refused_naming_file_and_problem(tmp_path, text, mess
 
 
 def test_unknown_preset_names_the_closest_and_all_presets():
-    with pytest.raises(RlrunError, match=r"no preset 'tiny-rlo' \(did you mean tiny-rloo\?\); presets: 1.5b-grpo, "
-                                         r"32b-rloo, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, tiny-ppo, tiny-rloo, tiny-search"):
+    with pytest.raises(RlrunError, match=r"no preset 'tiny-rlo' \(did you mean tiny-rloo\?\); presets: 0.5b-async, "
+                                         r"1.5b-grpo, 32b-rloo, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, tiny-ppo, "
+                                         r"tiny-rloo, tiny-rloo-async, tiny-search"):
         P.load_preset("tiny-rlo", P.preset_dirs())
 
 
