@@ -20,6 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                   num_key_value_heads=2, vocab_size=151936)
+# Qwen2.5-7B's config (7.6B parameters; untied embeddings)
+QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                 num_key_value_heads=4, vocab_size=152064)
+SHAPES = {"0.5b": (QWEN25_05B, True), "7b": (QWEN25_7B, False)}
 
 
 def build_padded_tokenizer(vocab_size: int):
@@ -44,22 +48,31 @@ def build_padded_tokenizer(vocab_size: int):
     return tok
 
 
-def make_qwen_shaped(out_dir: str | Path, dtype: str = "bfloat16", seed: int = 0, **overrides) -> Path:
-    """Save the model (safetensors, ``dtype``) and the padded tokenizer to ``out_dir``; returns it."""
+def make_qwen_shaped(out_dir: str | Path, dtype: str = "bfloat16", seed: int = 0, shape: str = "0.5b",
+                     device: str = "cpu", **overrides) -> Path:
+    """Save the model (safetensors, ``dtype``) and the padded tokenizer to ``out_dir``; returns it. ``device``:
+    where the random weights are made (``cuda`` makes a 7B in seconds; the saved files are the same kind)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sizes = {**QWEN25_05B, **overrides}
+    base, tied = SHAPES[shape]
+    sizes = {**base, **overrides}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_padded_tokenizer(sizes["vocab_size"])
     tok.save_pretrained(str(out))
     config = Qwen2Config(**sizes, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                         tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                         tie_word_embeddings=tied, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                          bos_token_id=tok.eos_token_id, dtype=dtype)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+        if device != "cpu":
+            torch.cuda.manual_seed(seed)
+        torch.set_default_dtype(getattr(torch, dtype))  # made in dtype: a 7B in float32 is 30 GB
+        try:
+            model = Qwen2ForCausalLM(config)
+        finally:
+            torch.set_default_dtype(torch.float32)
     for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
         setattr(model.generation_config, key, getattr(config, key))
     model.save_pretrained(str(out), safe_serialization=True)
@@ -73,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
-    for key, value in QWEN25_05B.items():
-        p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=value)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    p.add_argument("--device", default="cpu", help="where the random weights are made (cuda: fast)")
+    for key in QWEN25_05B:
+        p.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=None, help="override the shape's")
     args = vars(p.parse_args(argv))
-    out = make_qwen_shaped(args.pop("out_dir"), dtype=args.pop("dtype"), seed=args.pop("seed"), **args)
+    overrides = {k: v for k, v in args.items() if k in QWEN25_05B and v is not None}
+    out = make_qwen_shaped(args["out_dir"], dtype=args["dtype"], seed=args["seed"], shape=args["shape"],
+                           device=args["device"], **overrides)
     print(json.loads((out / "params.json").read_text()))
     return 0
 

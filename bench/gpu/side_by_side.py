@@ -41,41 +41,85 @@ ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHME
        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "VLLM_USE_FLASHINFER_SAMPLER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
        "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-RLRUN_PHASES = ("generate", "sleep", "make_experience", "train", "sync")
+RLRUN_PHASES = ("generate", "score", "sleep", "make_experience", "train", "sync")
 OPENRLHF_PHASES = ("generation", "make_experience", "ppo_train", "broadcast")
 
 
 def rlrun_command(args, out: Path) -> list[str]:
-    return [sys.executable, "-m", "trainer.train_ppo_ray", "--pretrain", args.model, "--prompt_data", args.data,
-            "--input_key", "message", "--label_key", "answer", "--apply_chat_template",
-            "--reward_fn", "bench.gpu.rewards:digit_share",
-            "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
-            "--vllm_gpu_memory_utilization", "0.5", "--colocate_all_models", "--vllm_enable_sleep",
-            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--ref_num_nodes", "1",
-            "--ref_num_gpus_per_node", "1", "--advantage_estimator", "rloo", "--n_samples_per_prompt", str(args.n),
-            "--rollout_batch_size", str(args.prompts), "--micro_rollout_batch_size", str(args.prompts),
-            "--train_batch_size", str(args.prompts * args.n), "--micro_train_batch_size", "8",
-            "--generate_max_len", str(args.new_tokens), "--prompt_max_len", "128", "--num_episodes", "1",
-            "--max_samples", str(args.prompts * args.steps), "--zero_stage", "3", "--bf16",
-            "--actor_learning_rate", "1e-6", "--init_kl_coef", "0.02", "--temperature", "1.0", "--seed", "1",
-            "--save_path", str(out), "--logging_steps", "1"]
+    cmd = [sys.executable, "-m", "trainer.train_ppo_ray", "--pretrain", args.model, "--prompt_data", args.data,
+           "--input_key", "message", "--label_key", "answer", "--apply_chat_template",
+           "--reward_fn", "bench.gpu.rewards:digit_share",
+           "--rollout_backend", "vllm", "--vllm_num_engines", str(args.engines), "--vllm_tensor_parallel_size",
+           str(args.tp), "--vllm_gpu_memory_utilization", str(args.gpu_util), *PLACEMENTS[args.placement],
+           "--actor_num_nodes", "1", "--actor_num_gpus_per_node", str(args.gpus),
+           "--ref_num_nodes", "1", "--ref_num_gpus_per_node", str(args.gpus), "--advantage_estimator", "rloo",
+           "--n_samples_per_prompt", str(args.n),
+           "--rollout_batch_size", str(args.prompts), "--micro_rollout_batch_size", str(args.micro_rollout),
+           "--train_batch_size", str(args.prompts * args.n), "--micro_train_batch_size", str(args.micro_train),
+           "--generate_max_len", str(args.new_tokens), "--prompt_max_len", "128", "--num_episodes", "1",
+           "--max_samples", str(args.prompts * args.steps), "--zero_stage", "3", "--bf16",
+           "--actor_learning_rate", "1e-6", "--init_kl_coef", "0.02", "--temperature", "1.0", "--seed", "1",
+           "--save_path", str(out), "--logging_steps", "1"]
+    if args.grad_ckpt:
+        cmd.append("--gradient_checkpointing")
+    return cmd + list(args.rlrun_extra)
+
+
+# rlrun's placements (OpenRLHF runs colocated only here): everything on the actor's GPUs; the reference on the
+# actor's GPUs and the engines on GPUs of their own; or every group and engine on GPUs of its own.
+PLACEMENTS = {"colocated": ["--colocate_all_models", "--vllm_enable_sleep"], "actor-ref": ["--colocate_actor_ref"],
+              "split": []}
 
 
 def openrlhf_command(args, out: Path) -> list[str]:
-    return [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", "--actor.model_name_or_path", args.model,
-            "--data.prompt_dataset", args.data, "--data.input_key", "message", "--data.label_key", "answer",
-            "--data.apply_chat_template", "--reward.remote_url", str(HERE / "openrlhf_reward.py"),
-            "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1", "--vllm.gpu_memory_utilization", "0.5",
-            "--train.colocate_all", "--vllm.enable_sleep",
-            "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_nodes", "1",
-            "--ref.num_gpus_per_node", "1", "--algo.advantage.estimator", "rloo",
-            "--rollout.n_samples_per_prompt", str(args.n), "--rollout.batch_size", str(args.prompts),
-            "--rollout.micro_batch_size", str(args.prompts), "--train.batch_size", str(args.prompts * args.n),
-            "--train.micro_batch_size", "8", "--rollout.max_new_tokens", str(args.new_tokens), "--data.max_len", "384",
-            "--train.num_episodes", "1", "--data.max_samples", str(args.prompts * args.steps), "--ds.zero_stage", "3",
-            "--ds.param_dtype", "bf16", "--ds.attn_implementation", "sdpa", "--actor.adam.lr", "1e-6",
-            "--algo.kl.init_coef", "0.02", "--rollout.temperature", "1.0", "--train.seed", "1",
-            "--ckpt.output_dir", str(out), "--ckpt.path", str(out / "ckpt")]
+    cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", "--actor.model_name_or_path", args.model,
+           "--data.prompt_dataset", args.data, "--data.input_key", "message", "--data.label_key", "answer",
+           "--data.apply_chat_template", "--reward.remote_url", str(HERE / "openrlhf_reward.py"),
+           "--vllm.num_engines", str(args.engines), "--vllm.tensor_parallel_size", str(args.tp),
+           "--vllm.gpu_memory_utilization", str(args.gpu_util), "--train.colocate_all", "--vllm.enable_sleep",
+           "--actor.num_nodes", "1", "--actor.num_gpus_per_node", str(args.gpus), "--ref.num_nodes", "1",
+           "--ref.num_gpus_per_node", str(args.gpus), "--algo.advantage.estimator", "rloo",
+           "--rollout.n_samples_per_prompt", str(args.n), "--rollout.batch_size", str(args.prompts),
+           "--rollout.micro_batch_size", str(args.micro_rollout), "--train.batch_size", str(args.prompts * args.n),
+           "--train.micro_batch_size", str(args.micro_train), "--rollout.max_new_tokens", str(args.new_tokens),
+           "--data.max_len", str(128 + args.new_tokens),
+           "--train.num_episodes", "1", "--data.max_samples", str(args.prompts * args.steps), "--ds.zero_stage", "3",
+           "--ds.param_dtype", "bf16", "--ds.attn_implementation", "sdpa", "--actor.adam.lr", "1e-6",
+           "--algo.kl.init_coef", "0.02", "--rollout.temperature", "1.0", "--train.seed", "1",
+           "--ckpt.output_dir", str(out), "--ckpt.path", str(out / "ckpt")]
+    if args.grad_ckpt:
+        cmd.append("--actor.gradient_checkpointing_enable")
+    return cmd
+
+
+class MemorySampler:
+    """Every GPU's used memory (nvidia-smi, all processes counted) sampled each second on a thread; the peak
+    per GPU in MiB. The same reading for both systems, whatever their own accounting."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            if not shutil.which("nvidia-smi"):
+                return
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True)
+            for line in out.stdout.splitlines():
+                idx, used = (int(x) for x in line.split(","))
+                self.peak[idx] = max(self.peak.get(idx, 0), used)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def run(name: str, cmd: list[str], env: dict, log: Path, deadline: float) -> tuple[int | None, float]:
@@ -131,7 +175,8 @@ def rlrun_steps(out: Path) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for prev, row in zip([None, *rows], rows, strict=False):
         row["phases"] = {p: row.get(f"timing/{p}", 0.0) for p in RLRUN_PHASES}
-        row["step_s"] = sum(row["phases"].values())
+        # the step as timed by the trainer (with --async_train generation overlaps the rest: no sum)
+        row["step_s"] = row.get("timing/step", sum(row["phases"].values()))
         row["wall_s"] = row["time"] - prev["time"] if prev else None
     return rows
 
@@ -176,15 +221,31 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--deadline", type=float, default=560, help="seconds for the whole run")
     p.add_argument("--systems", default="bare,rlrun,openrlhf")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs of the one node: actor and reference ranks")
+    p.add_argument("--placement", choices=sorted(PLACEMENTS), default="colocated",
+                   help="rlrun only: split places the engines (and the reference) on GPUs of their own")
+    p.add_argument("--engines", type=int, default=1)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--gpu-util", type=float, default=0.5)
+    p.add_argument("--micro-train", type=int, default=8)
+    p.add_argument("--micro-rollout", type=int, default=None, help="default: --prompts")
+    p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing in both systems")
+    p.add_argument("--params", type=float, default=0.0, help="the model's parameters, for the train phase's MFU")
+    p.add_argument("--peak-tflops", type=float, default=989.4, help="dense bf16 per GPU (H100 SXM: 989.4)")
+    p.add_argument("--rlrun-extra", nargs="*", default=[], help="more flags for rlrun only")
     p.add_argument("--shim", default=str(HERE / "openrlhf_shim"), help="the stand-in flash_attn (see its README)")
     args = p.parse_args(argv)
+    args.micro_rollout = args.micro_rollout or args.prompts
     start = time.monotonic()
     deadline = start + args.deadline
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     systems = args.systems.split(",")
     base_env = {**os.environ, **ENV}
-    results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps}}
+    results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps,
+                               "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt,
+                               "placement": args.placement, "rlrun_extra": args.rlrun_extra,
+                               "params": args.params}}
 
     if "bare" in systems:
         cmd = [sys.executable, str(HERE / "vllm_bench.py"), "bare", "--model", args.model, "--data", args.data,
@@ -210,9 +271,12 @@ def main(argv=None) -> int:
         env.pop("RAY_ADDRESS", None)
         if name == "openrlhf" and cuda_arch():
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
-        rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline)
+        with MemorySampler() as mem:
+            rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline)
         rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
-        results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows)}
+        results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows),
+                         "peak_mib": dict(sorted(mem.peak.items())),
+                         "first_step_s": rows[0]["step_s"] if rows else None}
         print(f"{name}: exit {rc} after {secs:.0f} s, {len(rows)} steps; median {results[name]['median']}", flush=True)
         if rc not in (0, None):
             print("".join((out / f"{name}.log").read_text(errors="replace").splitlines(True)[-40:]), flush=True)
@@ -224,11 +288,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def mfu(train_s: float, tokens: float, params: float, gpus: int, peak_tflops: float, grad_ckpt: bool) -> float:
+    """Model FLOPs utilisation of a train phase: 6 N T (forward + backward; 8 N T with gradient checkpointing's
+    second forward) over the GPUs' dense peak for the phase's time."""
+    flops = (8 if grad_ckpt else 6) * params * tokens
+    return flops / (train_s * gpus * peak_tflops * 1e12)
+
+
 def table(r: dict) -> None:
     a, b, bare = r.get("rlrun", {}).get("median", {}), r.get("openrlhf", {}).get("median", {}), r.get("bare", {})
     sh = r["shape"]
     print(f"\none step: {sh['prompts']} prompts x {sh['n']} samples x {sh['new_tokens']} new tokens, RLOO, "
-          "everything on one GPU")
+          f"{sh.get('placement', 'colocated')} placement, actor on {sh.get('gpus', 1)} GPU(s), {sh.get('engines', 1)} engine(s) x TP {sh.get('tp', 1)}")
     print(f"{'phase':<34}{'rlrun':>10}{'OpenRLHF':>10}")
     pairs = [("generate (OpenRLHF: generation)", "generate", "generation"), ("engine sleep", "sleep", None),
              ("make_experience", "make_experience", "make_experience"), ("train (OpenRLHF: ppo_train)", "train", "ppo_train"),
@@ -239,6 +310,17 @@ def table(r: dict) -> None:
         vb = f"{b[kb]:.2f} s" if kb and kb in b else "-"
         print(f"{label:<34}{va:>10}{vb:>10}")
     print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, OpenRLHF {b.get('steps_measured', 0)}")
+    for name in ("rlrun", "openrlhf"):
+        got = r.get(name, {})
+        if got.get("peak_mib"):
+            print(f"{name}: peak GPU memory per GPU (MiB, nvidia-smi): {got['peak_mib']}; step 1 {got.get('first_step_s')}")
+    rows = r.get("rlrun", {}).get("steps", [])
+    tokens = statistics.median(x.get("tokens/real", 0.0) for x in rows[1:]) if len(rows) > 1 else 0.0
+    if sh.get("params") and tokens:
+        for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train")):
+            if key in med and med[key] > 0:
+                print(f"{name} train-phase MFU: {100 * mfu(med[key], tokens, sh['params'], sh.get('gpus', 1), 989.4, sh.get('grad_ckpt', False)):.1f} % "
+                      f"({tokens:,.0f} tokens a step, {sh['params'] / 1e9:.2f}B parameters)")
     if "step" in a and "step" in b:
         print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x (target <= 0.8)")
     if "step" in a:
@@ -247,7 +329,15 @@ def table(r: dict) -> None:
         print(f"rlrun generate / bare LLM.generate ({bare['seconds']:.2f} s, {bare['tok_s']:,.0f} tok/s): "
               f"{a['generate'] / bare['seconds']:.2f}x (target <= 1.25)")
     if "sync" in a:
-        print(f"rlrun colocated sync (gather + in-place update + wake): {a['sync']:.3f} s (target <= 0.5)")
+        print(f"rlrun {sh.get('placement', 'colocated')} sync: {a['sync']:.3f} s")
+    gib = [x.get("sync/gib", 0.0) for x in rows[1:]]
+    if "sync" in a and gib and a["sync"] > 0:
+        print(f"rlrun weight push, gather included: {statistics.median(gib) * 2**30 / a['sync'] / 1e9:.1f} GB/s "
+              f"({statistics.median(gib):.2f} GiB in {a['sync']:.3f} s)")
+    if "wait_rollout" in a or any("async/staleness" in x for x in rows):
+        gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
+        print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "
+              f"{rest:.2f}) = {max(gen, rest):.2f} s: {a['step'] / max(gen, rest, 1e-9):.2f}x (target <= 1.1)")
 
 
 if __name__ == "__main__":

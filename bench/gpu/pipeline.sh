@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The multi-GPU runs of docs/benchmarks.md (issues 28, 30, 32, 33) on one warm nvidia-h100-x4 / -h200-x4,
+# as ONE background pipeline: a device call returns after 10 minutes at most and the machine is given back
+# ~30 s after the last call, so the stages run in a session of their own (setsid) while later calls only
+# poll. Every stage has a deadline; a stage that fails does not stop the next. After the packages are in
+# /tmp/site (bench/gpu/carry.py install):
+#
+#   bash bench/gpu/pipeline.sh start [STAGE ...]      # default: every stage below, in this order
+#   bash bench/gpu/pipeline.sh poll OUT [SECONDS]     # wait up to SECONDS (default 540) for the pipeline to
+#                                                     # end, then copy status + summaries to OUT
+#
+# Stages (GPUs):
+#   inputs   the 0.5B and 7B Qwen-shaped random models (7B made on GPU 0) and the copy-task prompts
+#   mini     seed 004 in miniature: site.yml on two loopback nodes of 2 GPUs each, `rlrun check --fabric`,
+#            `rlrun submit --preset 32b-rloo` with 2 vLLM engines of TP 2 colocated (0-3)
+#   sbs7b    7B RLOO colocated on 4 GPUs, 2 engines x TP 2, gradient checkpointing: rlrun, then OpenRLHF
+#            0.11.2 with the same flags (0-3)
+#   split7b  7B, policy + reference on GPUs 0-1 (--colocate_actor_ref), one TP-2 engine on 2-3: the weight
+#            push's GB/s with the ZeRO-3 gather included (0-3)
+#   async05  0.5B, policy, reference, engine on a GPU each: synchronous, then --async_train --is_correction
+#            tis, same flags (0-2); beside it on GPU 3: step1 (the colocated 0.5B job twice: a cold, then a
+#            warm compile cache; step 1's time each)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
+root=$PWD
+work=/tmp/rlpipe
+res=$work/results
+status=$work/status
+export PYTHONPATH="/tmp/site:$root" PATH="/tmp/site/bin:$PATH" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0
+export RAY_USAGE_STATS_ENABLED=0 TORCH_EXTENSIONS_DIR=/tmp/torch_ext TOKENIZERS_PARALLELISM=false
+
+params() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['params'])" "$1/params.json"; }
+
+stage_selftest() {  # the pipeline's own mechanics, anywhere: bash bench/gpu/pipeline.sh start selftest
+  echo "selftest in $PWD with $(python3 -V 2>&1)"; sleep 2
+}
+
+stage_inputs() {
+  [ -f $work/m05/params.json ] || python3 bench/gpu/model.py $work/m05 || return 1
+  [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
+  python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null
+}
+
+stage_mini() {
+  ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=360 FABRIC=1 bash bench/gpu/miniature/run.sh x4 "$res/mini"
+}
+
+stage_sbs7b() {
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b" \
+    --systems rlrun,openrlhf --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 \
+    --steps 3 --micro-train 4 --micro-rollout 8 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 840
+}
+
+stage_split7b() {
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/split7b" \
+    --systems rlrun --placement actor-ref --gpus 2 --engines 1 --tp 2 --grad-ckpt --prompts 32 --n 4 \
+    --new-tokens 512 --steps 2 --micro-train 4 --micro-rollout 8 --gpu-util 0.85 --params "$(params $work/m7b)" \
+    --deadline 360 --rlrun-extra --sync_bucket_bytes 1073741824
+}
+
+stage_async05() {
+  local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
+                --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 210
+                --params "$(params $work/m05)")
+  ( export CUDA_VISIBLE_DEVICES=3 VLLM_CACHE_ROOT=$work/vcache
+    rm -rf $work/vcache
+    for run in cold warm; do
+      python3 bench/gpu/side_by_side.py --model $work/m05 --data $work/data.jsonl --out "$res/step1_$run" \
+        --systems rlrun --steps 3 --deadline 200 >"$res/step1_$run.log" 2>&1
+    done ) &
+  local beside=$!
+  CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"
+  CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/async05" \
+    --rlrun-extra --async_train --is_correction tis
+  wait $beside
+}
+
+run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
+  local name=$1 limit=$2 t0 rc
+  t0=$(date +%s)
+  echo "$name start $(date +%T)" >>"$status"
+  mkdir -p "$res"
+  timeout --kill-after=20 "$limit" bash -c "source '$root/bench/gpu/pipeline.sh' --lib; stage_$name" >"$res/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t0 )) s" >>"$status"
+}
+
+case ${1:-} in
+  --lib) return 0 2>/dev/null || exit 0 ;;  # sourced by run_stage for the stage functions
+  start)
+    shift
+    stages=("$@")
+    [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)
+    mkdir -p $work $res
+    : >"$status"
+    declare -A limits=([inputs]=240 [mini]=480 [sbs7b]=880 [split7b]=400 [async05]=480 [selftest]=30)
+    # its own session: it outlives the device call that starts it
+    setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
+      for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \
+      "$0" >"$work/pipeline.log" 2>&1 </dev/null &
+    echo "pipeline started: ${stages[*]} (status: $status)" ;;
+  poll)
+    out=${2:?usage: pipeline.sh poll OUT [SECONDS]}
+    limit=${3:-540}
+    end=$(( $(date +%s) + limit ))
+    while [ "$(date +%s)" -lt "$end" ] && ! grep -q '^done' "$status" 2>/dev/null; do sleep 10; done
+    mkdir -p "$out"
+    cp "$status" "$out/status.txt" 2>/dev/null
+    nvidia-smi --query-gpu=index,memory.used --format=csv,noheader >"$out/gpus.txt" 2>&1
+    # the tables each stage printed, the last lines of every log, the JSON results (small)
+    for log in "$res"/*.log; do
+      [ -f "$log" ] && { echo "=== $log"; tail -60 "$log"; }
+    done >"$out/tails.txt" 2>&1
+    tar czf "$out/results.tgz" --exclude='*.safetensors' --exclude='ckpt' --exclude='*.pt' \
+      -C "$work" results pipeline.log 2>/dev/null
+    cat "$out/status.txt" ;;
+  *) echo "usage: pipeline.sh start [STAGE...] | poll OUT [SECONDS]" >&2; exit 2 ;;
+esac
