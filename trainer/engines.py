@@ -51,6 +51,8 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
         dtype="bfloat16" if cfg.bf16 else "float32")
     if ep.executor:
         kwargs["distributed_executor_backend"] = ep.executor
+    if cfg.vllm_start_with_models and ep.colocated and plan.use_gpus:
+        kwargs["kv_upfront"] = True  # started before the models load: no profiling of what they left free
     if plan.use_gpus:
         # The step's batch bounds what the engine schedules at once and the CUDA graphs it captures at start-up
         # (vLLM's default captures up to 512 sequences: most of a small engine's first-step time).

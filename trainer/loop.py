@@ -69,6 +69,8 @@ class Trainer:
         # engines start once the models are up (they share the models' GPUs: vLLM sizes its memory from
         # what is free when it starts).
         self.engines: Engines | None = None if self.plan.engines.colocated else Engines(cfg, self.plan)
+        if self.engines is None and cfg.vllm_start_with_models and self.plan.use_gpus:  # KV cache sized up front
+            self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,

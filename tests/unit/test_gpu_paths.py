@@ -4,8 +4,8 @@
   inputs, so on a GPU rank the embedding lookup failed; the worker now moves them to ``engine.device``.
   Checked with a stub engine on the ``meta`` device, which takes no CPU tensor either.
 - HfEngine: the log-probs of the sampled tokens are now taken step by step on the model's device instead of
-  stacking every step's full-vocabulary logits and taking the softmax on the CPU; they must stay the raw
-  model log-probs that a teacher-forced forward pass gives.
+  stacking every step's full-vocabulary logits and taking the softmax on the CPU; they must stay the model's
+  log-probs after the temperature that a teacher-forced forward pass gives.
 """
 
 from __future__ import annotations
@@ -96,8 +96,11 @@ def tiny_engine(tmp_path_factory):
     return HfEngine(str(path), device="cpu")
 
 
-def test_hf_engine_logprobs_are_the_models_raw_logprobs(tiny_engine):
-    samples = tiny_engine.generate(["3+4=", "copy 4821="], n=3, temperature=1.0, max_new_tokens=12, seed=3)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_hf_engine_logprobs_are_the_models_logprobs_after_the_temperature(tiny_engine, temperature):
+    """The log-probs of the distribution sampled from: a teacher-forced forward's logits / temperature (what
+    the policy computes, so rollout/logprob_mismatch compares like with like)."""
+    samples = tiny_engine.generate(["3+4=", "copy 4821="], n=3, temperature=temperature, max_new_tokens=12, seed=3)
     assert len(samples) == 6
     model = tiny_engine.model
     for s in samples:
@@ -105,7 +108,7 @@ def test_hf_engine_logprobs_are_the_models_raw_logprobs(tiny_engine):
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0].float()
         p = len(s.prompt_token_ids)
-        want = torch.log_softmax(logits[p - 1 : -1], dim=-1).gather(
+        want = torch.log_softmax(logits[p - 1 : -1] / temperature, dim=-1).gather(
             -1, torch.tensor(s.response_token_ids).unsqueeze(-1)).squeeze(-1)
         assert len(s.logprobs) == len(s.response_token_ids) > 0
         assert torch.allclose(torch.tensor(s.logprobs), want, atol=1e-4), (s.logprobs, want.tolist())
@@ -187,3 +190,22 @@ def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_mo
     large = ds_config(3, True, 8, 8, cuda=True)
     assert not fetch_whole_if_small(wide, large)
     assert "stage3_module_granularity_threshold" not in large["zero_optimization"]
+
+
+def test_an_engine_started_beside_loading_models_sizes_its_kv_cache_from_its_share(tmp_path):
+    """--vllm_start_with_models: the KV cache is the engine's share of the GPU less its weights per TP rank and
+    the margin (not what vLLM would profile as free while the models allocate beside it)."""
+    from trainer.rollout.vllm_engine import KV_MARGIN_BYTES, KV_MARGIN_SHARE, checkpoint_bytes, upfront_kv_bytes
+
+    (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 3000)
+    (tmp_path / "model-00002.safetensors").write_bytes(b"\0" * 1000)
+    (tmp_path / "config.json").write_text("{}")
+    assert checkpoint_bytes(str(tmp_path)) == 4000
+    gib = 2**30
+    total, weights = 80 * gib, 15 * gib  # a 7B in bf16 on an 80 GB card, TP 2, half the card
+    kv = upfront_kv_bytes(total, 0.5, weights, 2)
+    assert kv == int(40 * gib - 7.5 * gib - KV_MARGIN_BYTES - KV_MARGIN_SHARE * 40 * gib)
+    with pytest.raises(ValueError, match="--vllm_gpu_memory_utilization 0.1 of 80.0 GiB leaves no KV cache after 15.00 GiB"):
+        upfront_kv_bytes(total, 0.1, weights, 1)
+    with pytest.raises(FileNotFoundError, match="no \\*.safetensors or \\*.bin weights"):
+        checkpoint_bytes(str(tmp_path / "config.json").rsplit("/", 1)[0] + "/nope")

@@ -286,6 +286,7 @@ OWN_FLAGS: dict[str, str] = {
     "is_correction_threshold": "the band of --is_correction",
     "skip_rollout_logprobs": "do not ask the engines for the sampled tokens' log-probs",
     "dynamic_filtering_max_rounds": "most rollouts drawn to fill one --dynamic_filtering batch",
+    "vllm_start_with_models": "colocated engines start while the models load (KV cache sized up front)",
 }
 
 #: OpenRLHF >= 0.10's dotted names of the flags above (its CLI regrouped every flag); accepted as they are.

@@ -340,6 +340,8 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      "--retriever_url (multi-turn search rollouts)", lambda c: "rollouts are single-turn without a retriever",
      lambda c: c.retriever_url is not None),
     (("max_staleness",), "--async_train", lambda c: "training is synchronous", lambda c: c.async_train),
+    (("vllm_start_with_models",), "--colocate_all_models and --rollout_backend vllm",
+     lambda c: "the engines do not share the models' GPUs", lambda c: c.colocate_all_models and c.rollout_backend == "vllm"),
     (("dynamic_filtering_reward_range", "dynamic_filtering_max_rounds"), "--dynamic_filtering",
      lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
     (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
@@ -357,6 +359,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "async_train", "dynamic_filtering", "is_correction",
+             "colocate_all_models",
              *names}
 
     @_rule(*reads)

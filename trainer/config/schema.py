@@ -104,6 +104,11 @@ class TrainerConfig:
     )
     enable_prefix_caching: bool = flag(False, "Enable vLLM automatic prefix caching.", group=V)
     enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM.", group=V)
+    vllm_start_with_models: bool = flag(
+        False, "Colocated engines on GPUs start while the models load (their KV cache sized up front from "
+        "--vllm_gpu_memory_utilization and the checkpoint's size, instead of vLLM profiling the free memory "
+        "after the models are up): a shorter first step.", group=V,
+    )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------
     pretrain: str | None = flag(
         None, "HF model name or path of the policy; required.", group=M, metavar="MODEL"

@@ -63,6 +63,9 @@ class VllmEngine(RolloutEngine):
         gpu_memory_utilization: fraction of GPU memory for vLLM (GPU only; ignored when
             ``kv_cache_memory_bytes`` is given).
         kv_cache_memory_bytes: KV cache size; default 512 MiB on CPU, vLLM's own sizing on GPU.
+        kv_upfront: GPU only: size the KV cache from ``gpu_memory_utilization`` of the device's total memory
+            minus the checkpoint's weights (per TP rank) and a margin, instead of vLLM profiling what is
+            free, so the engine may start while other processes (the colocated models) allocate on its GPU.
         enable_prefix_caching: vLLM automatic prefix caching.
         enable_sleep: allow :meth:`sleep` (GPU only; ignored with a warning on CPU).
         enforce_eager: no CUDA graphs.
@@ -80,6 +83,7 @@ class VllmEngine(RolloutEngine):
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
         kv_cache_memory_bytes: int | None = None,
+        kv_upfront: bool = False,
         enable_prefix_caching: bool = False,
         enable_sleep: bool = False,
         enforce_eager: bool = False,
@@ -132,6 +136,13 @@ class VllmEngine(RolloutEngine):
             kwargs["enable_chunked_prefill"] = False
         if not self.on_cpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            if kv_upfront and kv_cache_memory_bytes is None:
+                import torch
+
+                total = torch.cuda.mem_get_info()[1]
+                kwargs["kv_cache_memory_bytes"] = upfront_kv_bytes(total, gpu_memory_utilization,
+                                                                   checkpoint_bytes(model_path), tensor_parallel_size)
+                log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
         kwargs.update(llm_kwargs)
         self.model_path = str(model_path)
         self.sleep_enabled = enable_sleep
@@ -376,6 +387,35 @@ class VllmEngine(RolloutEngine):
             log.warning("vLLM engine core shutdown failed: %s", e)
         del llm
         gc.collect()
+
+
+def checkpoint_bytes(model_path: str) -> int:
+    """Bytes of a checkpoint's weights: the sizes of its ``*.safetensors`` (``*.bin``) files."""
+    from pathlib import Path
+
+    files = list(Path(model_path).glob("*.safetensors")) or list(Path(model_path).glob("*.bin"))
+    if not files:
+        raise FileNotFoundError(f"{model_path}: no *.safetensors or *.bin weights to size the KV cache against")
+    return sum(f.stat().st_size for f in files)
+
+
+#: What an engine needs beyond its weights and KV cache (activations, CUDA graphs, the sampler): a fixed part
+#: and a share of its budget.
+KV_MARGIN_BYTES = 2 << 30
+KV_MARGIN_SHARE = 0.08
+
+
+def upfront_kv_bytes(total: int, utilization: float, weights: int, tp: int) -> int:
+    """The KV cache an engine takes when it is sized before it starts (``kv_upfront``): its share of the
+    device (``utilization x total``) less its weights' part (``weights / tp``) and the margin; raises
+    ValueError naming the numbers when nothing is left."""
+    budget = utilization * total
+    kv = int(budget - weights / tp - KV_MARGIN_BYTES - KV_MARGIN_SHARE * budget)
+    if kv <= 0:
+        raise ValueError(f"--vllm_gpu_memory_utilization {utilization:g} of {total / 2**30:.1f} GiB leaves no KV cache "
+                         f"after {weights / tp / 2**30:.2f} GiB of weights per TP rank and the "
+                         f"{(KV_MARGIN_BYTES + KV_MARGIN_SHARE * budget) / 2**30:.2f} GiB margin; raise it")
+    return kv
 
 
 def _completion(tokenizer: Any, c: Any, stop: Sequence[str]) -> Completion:
