@@ -111,3 +111,19 @@ def test_a_second_groupless_source_is_not_the_cluster_inventory(tmp_path):
     out = " ".join((alone.stdout + alone.stderr).split())
     assert alone.returncode != 0 and "group ray_head = []: must hold exactly one host" in out, out[-2000:]
 
+
+@pytest.mark.parametrize("entry", ["playbooks/validate.yml", "site.yml", "rlrun up", "rlrun status"])
+def test_a_missing_or_empty_inventory_is_an_error(tmp_path, entry):
+    """Ansible alone only warns that it parsed no inventory, and a play then runs on no host and passes."""
+    from tests.conftest import rlrun
+
+    (tmp_path / "empty.yml").write_text("")
+    for inv, said in ((tmp_path / "NO-SUCH-PATH", f"inventory {tmp_path / 'NO-SUCH-PATH'} does not exist"),
+                      (tmp_path / "empty.yml", "holds no hosts: expected the groups ray_head (one host)")):
+        if entry.startswith("rlrun"):
+            result = rlrun(inv, entry.split()[1], timeout=120)
+        else:
+            result = playbook(inv, entry, timeout=120)
+        out = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0, f"{entry} -i {inv.name} passed:\n{out[-2000:]}"
+        assert said in out and "inventory ok" not in out, out[-2000:]
