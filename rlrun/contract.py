@@ -179,6 +179,12 @@ class Contract:
     def heads(self) -> list[str]:
         return list(self.groups.get("ray_head", []))
 
+    def head(self) -> str:
+        """The one host of ray_head (RlrunError otherwise)."""
+        if len(self.heads) != 1:
+            raise RlrunError(f"inventory {self.path}: group ray_head must hold exactly one host, found {self.heads}")
+        return self.heads[0]
+
     @property
     def renamed_names(self) -> dict[str, str]:
         """roles/cluster's cluster__renamed: old name -> new name."""

@@ -99,10 +99,7 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
 
     try:
         contract = open_contract(inv_path, vault_password_file)
-        heads = contract.heads
-        if len(heads) != 1:
-            raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
-        head = heads[0]
+        head = contract.head()
 
         def get(var: str, host: str = head):
             contract.refuse_renamed(host)

@@ -14,9 +14,6 @@ PORT = "must be a port number: a whole number from 1024 to 65535"
 # Why a fixed port may not lie inside each range (a range the roles add later gets the plain message).
 INSIDE = {"rendezvous": "the jobs' rendezvous stores take them",
           "ephemeral": "the kernel hands them to outgoing connections, and Gloo and NCCL listen there"}
-# What each range needs its ports for, in the message about its width.
-SPAN = {"worker": "one port per Ray worker process", "rendezvous": "a few ports per job and node",
-        "ephemeral": "room for the kernel's outgoing connections"}
 
 
 def _port(value) -> bool:
@@ -68,7 +65,7 @@ def _ranges(r: Recorder, host: str, wanted: list[str], numbers: dict[str, int]) 
             low, high = int(values[0]), int(values[1])
         if high - low < rng.min_span - 1:
             r.add(host, rng.last, high, f"must be at least {rng.first} + {rng.min_span - 1} = {low + rng.min_span - 1}"
-                  f": the {rng.name} range needs {SPAN.get(rng.name, 'its ports')} ({rng.min_span} at least)")
+                  f": the {rng.name} range needs {rng.why} ({rng.min_span} at least)")
         for other, (low2, high2, rng2) in bounds.items():
             if low <= high2 and low2 <= high:
                 r.add(host, rng.last, high, f"the {rng.name} port range {low}-{high} ({rng.first}..{rng.last}) "

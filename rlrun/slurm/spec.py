@@ -111,10 +111,7 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
 
     try:
         contract = open_contract(inventory, vault_password_file, roles=ROLES)
-        heads = contract.heads
-        if len(heads) != 1:
-            raise RlrunError(f"inventory {inventory}: group ray_head must hold exactly one host, found {heads}")
-        host = heads[0]
+        host = contract.head()
         _refuse_placeholders(contract.own(host), inventory)
         contract.refuse_renamed(host)
         job = {
