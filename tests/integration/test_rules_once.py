@@ -46,6 +46,8 @@ BROKEN = {
     "w13": ({"cluster__nofile_limit": 100}, "cluster__nofile_limit"),
     "w14": ({"cluster__node_address": "127.0.29.256"}, "cluster__node_address"),
     "w15": ({"cluster__auth_enabled": "false"}, "cluster__auth_enabled"),
+    # a vaulted value (host_vars/w16.yml, below): each entry point opens the vault
+    "w16": ({}, "cluster__reward_token"),
 }
 # The head, also the reward host: a head-only port in the ephemeral range (the role's check only, before),
 # an unknown extraction strategy (rlrun validate's only).
@@ -61,7 +63,17 @@ def broken(tmp_path_factory):
     # Every host: a cluster name over 40 characters (rlrun validate's limit; the role had none), which also
     # makes the temp dirs too long for Ray's sockets.
     inv = write_inventory(root, LONG_NAME, "127.0.29.100", P, hosts_extra=HEAD, workers=workers)
+    (root / "vault-pass").write_text("right\n")
+    vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                              str(root / "vault-pass"), "short", "--name", "cluster__reward_token"],
+                             capture_output=True, text=True, check=True, env=ansible_env())
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "w16.yml").write_text(vaulted.stdout)
     return inv
+
+
+def _vault(inv) -> list[str]:
+    return ["--vault-password-file", str(inv.parent / "vault-pass")]
 
 
 def _core(problem: dict) -> str:
@@ -84,8 +96,8 @@ def _by_host(problems: list[dict]) -> dict[str, set[str]]:
 
 
 def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(broken, tmp_path):
-    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), "validate", "--json"], capture_output=True,
-                         text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), *_vault(broken), "validate", "--json"],
+                         capture_output=True, text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
     assert cli.returncode == 1, cli.stderr
     offline = _by_host(json.loads(cli.stdout)["problems"])
     for host, (_, variable) in BROKEN.items():
@@ -93,6 +105,7 @@ def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(br
     assert any(m.startswith("cluster__ray_dashboard_metrics_port = 40001") for m in offline["localhost"])
     assert any(m.startswith("reward_server__extract") for m in offline["localhost"])
     assert all(any(m.startswith(f"cluster__name = '{LONG_NAME}'") for m in found) for found in offline.values())
+    assert "cluster__reward_token = (hidden): is 5 characters: use at least 32 (openssl rand -hex 32)" in offline["w16"]
 
     # The cluster role alone, as each play starts: its assert fails on every host; the rescue prints the list it
     # failed on.
@@ -104,8 +117,8 @@ def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(br
                        "msg": "PROBLEMS {{ ansible_failed_task.name }} {{ cluster__problems | to_json }}"}}]}]}],
         sort_keys=False))
     env = {**ansible_env(), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
-    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(broken), str(play)], capture_output=True,
-                            text=True, env=env, timeout=300, cwd=PROJECT)
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(broken), *_vault(broken), str(play)],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=PROJECT)
     out = result.stdout + result.stderr
     in_play: dict[str, set[str]] = {}
     for host, text in re.findall(r'ok: \[([\w.-]+)\] => \{\s*"msg": ("PROBLEMS .*")\s*\}', out):
@@ -117,11 +130,11 @@ def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(br
 
 
 def test_site_yml_tags_validate_reports_what_rlrun_validate_does(broken):
-    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), "validate"], capture_output=True, text=True,
-                         timeout=120, env=ansible_env(), cwd=PROJECT)
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), *_vault(broken), "validate"], capture_output=True,
+                         text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
     offline = sorted(re.findall(r"^  - (.*)$", cli.stderr, re.M))
     assert cli.returncode == 1 and len(offline) >= len(BROKEN), cli.stderr
-    result = playbook(broken, "site.yml", "--tags", "validate", timeout=300)
+    result = playbook(broken, "site.yml", "--tags", "validate", *_vault(broken), timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode != 0 and "nothing was done on any host:" in out, out[-3000:]
     listed = out.split("nothing was done on any host:", 1)[1].split("\nOrigin:", 1)[0]
