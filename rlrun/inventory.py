@@ -1,11 +1,10 @@
 """What rlrun needs to know about a cluster, read from its Ansible inventory.
 
-The inventory is the hand-over document: rlrun reads it through Ansible's own
-inventory API (so group_vars, host_vars, vault and templating behave exactly as
-in `ansible-playbook`), overlaid on the cluster role's public variables
-(roles/cluster: defaults/ and vars/, the cluster contract) and nothing else, so
-the dashboard URL, the token's location, the reward URLs and the retrieval
-services' URLs are the very expressions the roles use.
+The inventory is the hand-over document: rlrun reads it through the one reader of
+the cluster contract (rlrun/contract.py: Ansible's own inventory, vault and
+templar, under the cluster role's defaults/ and vars/ and nothing else), so the
+dashboard URL, the token's location, the reward URLs and the retrieval services'
+URLs are the very expressions the roles use.
 """
 
 from __future__ import annotations
@@ -14,9 +13,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.contract import ANSIBLE_DIR, open_contract
 from rlrun.errors import RlrunError
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+# The project's Ansible tree (rlrun/contract.py finds it: a checkout, or the copy a wheel ships); provision.py
+# runs its playbooks from there.
+PROJECT_DIR = ANSIBLE_DIR
 
 
 @dataclass
@@ -53,38 +55,28 @@ class Cluster:
     def token(self) -> str | None:
         """The cluster token: the inventory's value (e.g. from a vault), else the
         controller's token file written by the first `rlrun up`."""
-        if not self.auth_enabled:
-            return None
-        if self.explicit_token:
-            return self.explicit_token
-        assert self.token_store is not None
-        try:
-            return self.token_store.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            raise RlrunError(f"no cluster token at {self.token_store}: the cluster described by {self.inventory} "
-                             "has not been provisioned from this controller (run `rlrun up`), or set "
-                             "cluster__token in the inventory") from None
-        except OSError as exc:
-            raise RlrunError(f"cannot read the cluster token {self.token_store}: {exc.strerror}") from None
-
+        return self._token(self.explicit_token, self.token_store, "cluster token", "cluster__token")
 
     @property
     def reward_token(self) -> str | None:
         """The reward service's own token (not the cluster token): the inventory's value, else
         the controller's file written by the first `rlrun up`; None when auth is off."""
+        return self._token(self.explicit_reward_token, self.reward_token_store, "reward token",
+                           "cluster__reward_token")
+
+    def _token(self, explicit: str | None, store: Path | None, what: str, var: str) -> str | None:
         if not self.auth_enabled:
             return None
-        if self.explicit_reward_token:
-            return self.explicit_reward_token
-        assert self.reward_token_store is not None
+        if explicit:
+            return explicit
+        assert store is not None
         try:
-            return self.reward_token_store.read_text(encoding="utf-8").strip()
+            return store.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
-            raise RlrunError(f"no reward token at {self.reward_token_store}: the cluster described by "
-                             f"{self.inventory} has not been provisioned from this controller (run `rlrun up`), "
-                             "or set cluster__reward_token in the inventory") from None
+            raise RlrunError(f"no {what} at {store}: the cluster described by {self.inventory} has not been "
+                             f"provisioned from this controller (run `rlrun up`), or set {var} in the inventory") from None
         except OSError as exc:
-            raise RlrunError(f"cannot read the reward token {self.reward_token_store}: {exc.strerror}") from None
+            raise RlrunError(f"cannot read the {what} {store}: {exc.strerror}") from None
 
 
 def default_inventory() -> Path:
@@ -96,45 +88,6 @@ def default_inventory() -> Path:
     return local if local.exists() else PROJECT_DIR / "inventory"
 
 
-def role_vars(loader, role: str, kind: str) -> dict:
-    """roles/<role>/<kind>/main.yml, trusted as templates exactly as Ansible trusts them in a play."""
-    from ansible.template import trust_as_template
-
-    def trust(value):
-        if isinstance(value, str):
-            return trust_as_template(value)
-        if isinstance(value, dict):
-            return {k: trust(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [trust(v) for v in value]
-        return value
-
-    data = loader.load_from_file(str(PROJECT_DIR / "roles" / role / kind / "main.yml")) or {}
-    return {k: trust(v) for k, v in data.items()}
-
-
-def _cluster_vars(loader, kind: str) -> dict:
-    return role_vars(loader, "cluster", kind)
-
-
-def open_inventory(inv_path: Path, vault_password_file: str | None = None):
-    """(loader, inventory, variable manager, hostvars) of `inv_path` through Ansible's own API."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.hostvars import HostVars
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    if vault_password_file:
-        from ansible.cli import CLI
-
-        for secret in CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[vault_password_file]):
-            loader.set_vault_secrets([secret])
-    inv = InventoryManager(loader=loader, sources=[str(inv_path)])
-    varmgr = VariableManager(loader=loader, inventory=inv)
-    return loader, inv, varmgr, HostVars(inventory=inv, variable_manager=varmgr, loader=loader)
-
-
 def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file: str | None = None) -> Cluster:
     """Read the cluster from `inventory` (a file or directory). Errors name the path and the problem."""
     inv_path = Path(inventory) if inventory else default_inventory()
@@ -143,70 +96,52 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
                          "pass --inventory or set RLRUN_INVENTORY)")
     # Ansible imports are slow (~0.5 s): keep them out of `rlrun --help`.
     from ansible.errors import AnsibleError
-    from ansible.template import Templar
 
     try:
-        loader, inv, varmgr, all_hostvars = open_inventory(inv_path, vault_password_file)
-        heads = inv.get_groups_dict().get("ray_head", [])
-        if len(heads) != 1:
-            raise RlrunError(f"inventory {inv_path}: group ray_head must hold exactly one host, found {heads}")
-        defaults, derived = _cluster_vars(loader, "defaults"), _cluster_vars(loader, "vars")
+        contract = open_contract(inv_path, vault_password_file)
+        head = contract.head()
 
-        def host_getter(name: str):
-            """get(var) for one host, with the precedence of a play that lists the cluster role:
-            role defaults < inventory < role vars (derived values)."""
-            own = varmgr.get_vars(host=inv.get_host(name))
-            own["hostvars"] = all_hostvars
-            renamed = sorted(old for old in derived["cluster__renamed"] if old in own)
-            if renamed:
-                raise RlrunError(f"inventory {inv_path}: {', '.join(renamed)} "
-                                 f"{'is' if len(renamed) == 1 else 'are'} set for {name}, but renamed: write "
-                                 + ", ".join(derived["cluster__renamed"][old] for old in renamed)
-                                 + " (roles/cluster/README.md)")
-            variables = {**defaults, **own, **derived}
-            templar = Templar(loader=loader, variables=variables)
-            return (lambda var: templar.template(variables[var])), own
-
-        head = inv.get_host(heads[0])
-        get, hostvars = host_getter(head.name)
+        def get(var: str, host: str = head):
+            contract.refuse_renamed(host)
+            return contract.get(host, var)
 
         auth = bool(get("cluster__auth_enabled"))
         cluster = Cluster(
             name=str(get("cluster__name")),
             inventory=inv_path,
-            head=head.name,
+            head=head,
             # The cluster role's own definition, so rlrun and the nodes agree by construction.
             dashboard_url=str(get("cluster__dashboard_url")),
             auth_enabled=auth,
-            nodes=sorted(inv.get_groups_dict().get("ray_cluster", [])),
+            nodes=sorted(contract.groups.get("ray_cluster", [])),
         )
         if auth:
-            if "cluster__token" in hostvars:
+            if contract.is_set(head, "cluster__token"):
                 cluster.explicit_token = str(get("cluster__token")).strip()
             else:
                 cluster.token_store = Path(get("cluster__token_store"))
-            if "cluster__reward_token" in hostvars:
+            if contract.is_set(head, "cluster__reward_token"):
                 cluster.explicit_reward_token = str(get("cluster__reward_token")).strip()
             else:
                 cluster.reward_token_store = Path(get("cluster__reward_token_store"))
         if bool(get("cluster__reward_tls")):
             cluster.reward_ca = Path(get("cluster__reward_ca_store"))
-        cluster.reward_hosts = sorted(inv.get_groups_dict().get("reward_servers", []))
-        cluster.reward_urls = [str(host_getter(h)[0]("cluster__reward_url")) for h in cluster.reward_hosts]
+        cluster.reward_hosts = sorted(contract.groups.get("reward_servers", []))
+        cluster.reward_urls = [str(get("cluster__reward_url", h)) for h in cluster.reward_hosts]
         cluster.retriever_hosts = sorted(get("cluster__retriever_hosts"))
-        cluster.retriever_urls = {h: str(host_getter(h)[0]("cluster__retriever_url")) for h in cluster.retriever_hosts}
+        cluster.retriever_urls = {h: str(get("cluster__retriever_url", h)) for h in cluster.retriever_hosts}
         if cluster.retriever_hosts:
-            cluster.retriever_job_url = str(host_getter(cluster.retriever_hosts[0])[0]("cluster__retriever_job_url"))
+            cluster.retriever_job_url = str(get("cluster__retriever_job_url", cluster.retriever_hosts[0]))
         for name in cluster.nodes:
-            host_get, host_vars = host_getter(name)
-            cluster.node_addresses[name] = str(host_get("cluster__node_address"))
+            cluster.node_addresses[name] = str(get("cluster__node_address", name))
             for var, into in (("ray_node__num_gpus", cluster.node_gpus), ("ray_node__num_cpus", cluster.node_cpus)):
-                value = host_get(var) if var in host_vars else None
+                value = get(var, name) if contract.is_set(name, var) else None
                 into[name] = None if value in (None, "") else float(value)
-        expected_nodes = hostvars.get("cluster__expected_nodes")
-        cluster.expected_nodes = int(get("cluster__expected_nodes")) if expected_nodes not in (None, "") else None
-        expected_gpus = hostvars.get("cluster__expected_gpus")
-        cluster.expected_gpus = float(get("cluster__expected_gpus")) if expected_gpus not in (None, "") else None
+        own = contract.own(head)
+        if own.get("cluster__expected_nodes") not in (None, ""):
+            cluster.expected_nodes = int(get("cluster__expected_nodes"))
+        if own.get("cluster__expected_gpus") not in (None, ""):
+            cluster.expected_gpus = float(get("cluster__expected_gpus"))
         return cluster
     except AnsibleError as exc:
         from rlrun.errors import is_vault_error, vault_message

@@ -1,11 +1,13 @@
-"""An inventory as `rlrun validate` sees it, offline: every file parsed (YAML errors with file and line),
-the groups, each host's variables as the user wrote them and where (file:line), and each host's value of any
+"""An inventory as the checks see it (rlrun/checks/): every file parsed (YAML errors with file and line), the
+groups, each host's variables as the user wrote them and where (file:line), and each host's value of any
 variable resolved the way a play would (role defaults < inventory < role vars), without touching a host.
 
-Ansible reads the inventory (its own InventoryManager and VariableManager, so group_vars, host_vars,
-precedence and vault behave exactly as in `ansible-playbook`); this module only adds the bookkeeping a
-validator needs. Facts (``ansible_env``, ``ansible_user_id``) do not exist offline: a value that needs one
-is reported as unknown, never guessed, except ``ansible_user_id`` in socket-path lengths (see validate.py).
+rlrun/contract.py reads the inventory (Ansible's own inventory, variable manager and vault, so group_vars,
+host_vars, precedence and vault behave exactly as in `ansible-playbook`); this module only adds the
+bookkeeping a validator needs. Facts (``ansible_env``, ``ansible_user_id``) do not exist offline: a value that
+needs one is reported as unknown, never guessed, except ``ansible_user_id`` in socket-path lengths (see
+rlrun/checks/paths.py). Inside a play (the cluster role's assert) the same view holds the play's variables
+for the host it checks: :func:`play_view`.
 """
 
 from __future__ import annotations
@@ -13,15 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-ROLES_DIR = PROJECT_DIR / "roles"
+from rlrun.contract import GROUPS_EXPECTED, Contract, YamlLoader, open_contract, role_names
+
 UNKNOWN = object()  # a value that needs facts (or something else that only exists on a host)
 # Variables that exist only while a play runs: a value built from one is not known offline.
 PLAY_VARS = {"role_path", "role_name", "playbook_dir", "play_hosts", "ansible_play_hosts", "ansible_play_batch",
@@ -65,15 +66,6 @@ def _blocked(exc: BaseException) -> str | None:
 
 
 @dataclass
-class Found:
-    """A variable the user set: where (file, line) and the value as written (a template stays a template)."""
-
-    file: str
-    line: int | None
-    value: Any
-
-
-@dataclass
 class FileProblem:
     file: str
     line: int | None
@@ -102,14 +94,6 @@ def _yaml_files(root: Path) -> list[Path]:
     return out
 
 
-class _Loader(yaml.SafeLoader):
-    """Plain YAML with Ansible's tags accepted (!vault, !unsafe), for line numbers and syntax errors only."""
-
-
-_Loader.add_constructor("!vault", lambda loader, node: "<vault>")
-_Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
-
-
 def parse_files(root: Path) -> tuple[dict[tuple[str, str, str], tuple[str, int]], list[FileProblem], set[str]]:
     """Parse every inventory file with line numbers: ({(scope, name, var): (file, line)}, YAML problems,
     files that are vault-encrypted as a whole). scope is 'host' or 'group'."""
@@ -130,7 +114,7 @@ def parse_files(root: Path) -> tuple[dict[tuple[str, str, str], tuple[str, int]]
         if path.suffix == "" and path.parent == base and not text.lstrip().startswith(("---", "all:", "{")):
             continue  # an INI inventory: Ansible's own parser reports its problems
         try:
-            node = yaml.compose(text, Loader=_Loader)
+            node = yaml.compose(text, Loader=YamlLoader)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
             line = mark.line + 1 if mark else None
@@ -199,57 +183,50 @@ def _index_hosts_file(node, rel: str, index: dict, problems: list[FileProblem]) 
         group(str(key.value), value)
 
 
-def role_files(kind: str) -> dict[str, dict[str, Any]]:
-    """{role: its defaults/main.yml or vars/main.yml} for every role of the project (raw, untemplated)."""
-    out = {}
-    for role in sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir()):
-        path = ROLES_DIR / role / kind / "main.yml"
-        if path.exists():
-            out[role] = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}
-    return out
-
-
-def role_specs() -> dict[str, dict[str, Any]]:
-    """{variable: its option spec (type, choices, ...)} from every role's meta/argument_specs.yml."""
-    specs = {}
-    for role in sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir()):
-        path = ROLES_DIR / role / "meta" / "argument_specs.yml"
-        if not path.exists():
-            continue
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        for entry in (data.get("argument_specs") or {}).values():
-            for name, spec in ((entry or {}).get("options") or {}).items():
-                specs.setdefault(name, {**(spec or {}), "role": role})
-    return specs
-
-
 @dataclass
 class InventoryView:
-    """What an inventory says, read offline. Build it with :func:`read`."""
+    """What an inventory says: read offline with :func:`read`, or inside a play with :func:`play_view`."""
 
     path: Path
     root: Path  # the directory file names are relative to
-    groups: dict[str, list[str]] = field(default_factory=dict)
-    group_children: dict[str, list[str]] = field(default_factory=dict)
-    hosts: list[str] = field(default_factory=list)
+    contract: Contract | None = None  # None when a file could not be parsed (file_problems says why)
     file_problems: list[FileProblem] = field(default_factory=list)
     vaulted_files: set[str] = field(default_factory=set)
     index: dict = field(default_factory=dict)
-    vault_open: bool = False
-    _inventory: Any = None
-    _varmgr: Any = None
-    _loader: Any = None
-    _raw: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _defaults: dict[str, Any] = field(default_factory=dict)
-    _derived: dict[str, Any] = field(default_factory=dict)
+    # host -> the play's variables (role defaults and vars, the inventory, role parameters, facts): inside a
+    # play, a value on that host is resolved with them instead of the contract's.
+    play_vars: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        return self.contract.groups if self.contract else {}
+
+    @property
+    def group_children(self) -> dict[str, list[str]]:
+        return self.contract.group_children if self.contract else {}
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.contract.hosts if self.contract else []
+
+    @property
+    def vault_open(self) -> bool:
+        return bool(self.contract and self.contract.vault_open)
+
+    @property
+    def hosts_file(self) -> str:
+        """The file the groups are written in (relative to root), for problems about the groups."""
+        if self.path.is_file():
+            return self.path.name
+        for name in ("hosts.yml", "hosts.yaml", "hosts", "inventory.yml"):
+            if (self.root / name).exists():
+                return name
+        return "."
 
     # --- what the user wrote --------------------------------------------------------------------------
     def raw(self, host: str) -> dict[str, Any]:
         """The host's variables from the inventory (group_vars, host_vars, hosts file), untemplated."""
-        if host not in self._raw:
-            own = self._varmgr.get_vars(host=self._inventory.get_host(host))
-            self._raw[host] = own
-        return self._raw[host]
+        return self.contract.own(host)
 
     def user_set(self, host: str) -> list[str]:
         """Names of the variables the inventory sets for `host` (not Ansible's magic ones)."""
@@ -287,18 +264,20 @@ class InventoryView:
         return 0 if group == "all" or not parents else 1 + max(self._depth(p) for p in parents)
 
     # --- what a play would see -----------------------------------------------------------------------
-    def resolve(self, host: str, var: str, default: Any = None) -> tuple[Any, str | None]:
-        """(value, None) as a play on `host` would see it, (UNKNOWN, why) when it needs facts, or
-        (None, error) when it cannot be templated (an undefined variable, a vaulted value without password,
-        a template error)."""
+    def resolve(self, host: str, var: str, default: Any = None, extra: dict | None = None) -> tuple[Any, str | None]:
+        """(value, None) as a play on `host` would see it (with `extra` on top), (UNKNOWN, why) when it needs
+        facts, or (None, error) when it cannot be templated (an undefined variable, a vaulted value without
+        password, a template error)."""
         from ansible.errors import AnsibleError, AnsibleUndefinedVariable
         from ansible.template import Templar
 
-        raw = self.raw(host)
-        variables = {**self._defaults, **raw, **self._derived}
+        if host in self.play_vars:
+            variables = {**self.play_vars[host], **(extra or {})}
+        else:
+            variables = self.contract.variables(host, extra)
         if var not in variables:
             return default, None
-        templar = Templar(loader=self._loader, variables=variables)
+        templar = Templar(loader=self.contract.loader, variables=variables)
         try:
             with offline_lookups():
                 return templar.template(variables[var]), None
@@ -323,7 +302,10 @@ class InventoryView:
 
 
 def read(path: str | os.PathLike, vault_password_file: str | None = None) -> InventoryView:
-    """Read `path` (an inventory directory or file) offline."""
+    """Read `path` (an inventory directory or file) offline. An empty inventory reads as one without groups
+    (the checks say what it lacks); a missing one is an RlrunError."""
+    from ansible.errors import AnsibleError
+
     from rlrun.errors import RlrunError
 
     path = Path(path)
@@ -332,74 +314,23 @@ def read(path: str | os.PathLike, vault_password_file: str | None = None) -> Inv
     root = path if path.is_dir() else path.parent
     view = InventoryView(path=path, root=root)
     view.index, view.file_problems, view.vaulted_files = parse_files(path)
+    if path.is_dir() and not any(p.is_file() and not p.name.startswith(".") for p in path.iterdir()):
+        view.file_problems.append(FileProblem(".", None, f"holds no hosts file: expected one (hosts.yml) with "
+                                              f"{GROUPS_EXPECTED}"))
     if view.file_problems:
         return view  # Ansible would stop at the first of them; report them all, with lines
-    from ansible import constants as C
-    from ansible.inventory.manager import InventoryManager
-    from ansible.plugins.loader import init_plugin_loader
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
-
-    if not any(isinstance(f, _AnsibleCollectionFinder) for f in sys.meta_path):
-        init_plugin_loader()  # what ansible-playbook does first: lookups such as ansible.builtin.env resolve
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    if vault_password_file:
-        _open_vault(loader, vault_password_file)
-        view.vault_open = True
-    else:
-        view.vault_open = _vault_context_active()
-    unparsed = C.INVENTORY_ANY_UNPARSED_IS_FAILED
-    C.INVENTORY_ANY_UNPARSED_IS_FAILED = True  # a source Ansible cannot read is an error, not a warning
     try:
-        inv = InventoryManager(loader=loader, sources=[str(path)])
-    except Exception as exc:  # noqa: BLE001 - Ansible's parse errors: one problem naming the file
+        view.contract = open_contract(path, vault_password_file, roles=tuple(role_names()), allow_empty=True)
+    except AnsibleError as exc:  # Ansible's parse errors: one problem naming the file
         text = " ".join(str(getattr(exc, "message", exc)).split())
         view.file_problems.append(FileProblem(_rel(path, root) if path.is_file() else ".", None,
                                               f"is not an inventory Ansible can read: {text[:400]}"))
-        return view
-    finally:
-        C.INVENTORY_ANY_UNPARSED_IS_FAILED = unparsed
-    view._inventory, view._loader = inv, loader
-    view._varmgr = VariableManager(loader=loader, inventory=inv)
-    view.groups = {g: list(h) for g, h in inv.get_groups_dict().items()}
-    view.group_children = {g.name: [c.name for c in g.child_groups] for g in inv.groups.values()}
-    view.hosts = sorted(h.name for h in inv.get_hosts())
-    from ansible.template import trust_as_template
-
-    def trusted(data: dict) -> dict:
-        return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in data.items()}
-
-    for values in role_files("defaults").values():
-        view._defaults.update(trusted(values))
-    for values in role_files("vars").values():
-        view._derived.update(trusted(values))
     return view
 
 
-def _vault_context_active() -> bool:
-    """Inside ansible-playbook (the validate play), the play's vault secrets are already set."""
-    try:
-        from ansible.parsing.vault import VaultSecretsContext
-
-        context = VaultSecretsContext.current(optional=True)
-        return context is not None and bool(context.secrets)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _open_vault(loader, password_file: str) -> None:
-    from ansible.cli import CLI
-    from ansible.errors import AnsibleError
-
-    from rlrun.errors import RlrunError
-
-    try:
-        secrets = CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[password_file])
-    except RuntimeError:  # already set in this process (a second read): keep them
-        return
-    except AnsibleError as exc:
-        raise RlrunError(f"--vault-password-file {password_file}: {' '.join(str(exc.message).split())}") from None
-    for secret in secrets:
-        loader.set_vault_secrets([secret])
+def play_view(loader, inventory, host: str, variables: dict[str, Any]) -> InventoryView:
+    """The view inside a play, for the checks of `host` (the cluster role's lookup_plugins/cluster_problems.py):
+    the play's inventory, and `host`'s values as the play resolves them (`variables`: its facts included)."""
+    contract = Contract.from_inventory(loader, inventory, roles=tuple(role_names()))
+    root = contract.path if contract.path.is_dir() else contract.path.parent
+    return InventoryView(path=contract.path, root=root, contract=contract, play_vars={host: variables})

@@ -1,13 +1,15 @@
 """Lookup of the validate play: `rlrun validate` (rlrun.validate.validate_inventory) on the play's inventory
 sources, on the controller, while the play's hosts are worked out: before Ansible reads any host's variables
 (so a YAML error in group_vars is reported with its file and line) and before anything runs on a host.
-Returns the host pattern of the play (localhost); raises with every problem otherwise, which ends the run."""
+Returns the host pattern of the play (localhost); raises with every problem otherwise, which ends the run: a
+missing or empty inventory is one."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from ansible import context
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
@@ -28,12 +30,17 @@ class LookupModule(LookupBase):
         from rlrun.errors import RlrunError
         from rlrun.validate import validate_inventory
 
-        sources = [s for s in (variables or {}).get("ansible_inventory_sources", []) if Path(s).exists()]
+        if context.CLIARGS.get("syntax"):
+            return ["localhost"]  # --syntax-check (ansible-lint's): the playbook's syntax, not an inventory
+        given = [str(s) for s in (variables or {}).get("ansible_inventory_sources", [])]
+        sources = [s for s in given if Path(s).exists()]
+        # A source that is not there is an error (Ansible only warns, and runs with an empty inventory).
+        problems = [f"inventory {s} does not exist (expected an Ansible inventory file or directory: "
+                    "ansible-playbook -i INVENTORY)" for s in given if s not in sources]
         # Several sources (molecule adds its own, which only says how to reach the hosts): the ones that
         # declare the cluster's groups are the cluster's inventory; with none, all of them, so a groupless
-        # inventory is told what it lacks.
+        # or empty inventory is told what it lacks.
         cluster = [s for s in sources if _declares_cluster(s)]
-        problems = []
         try:
             for source in cluster or sources:
                 problems += [str(p) for p in validate_inventory(source).problems]

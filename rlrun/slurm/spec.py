@@ -28,6 +28,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.contract import open_contract
 from rlrun.errors import RlrunError
 from rlrun.slurm.ports import OFFSETS
 
@@ -107,33 +108,18 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
     (<state dir>/spill) with a path on the nodes that may use ${NODE} etc.
     """
     from ansible.errors import AnsibleError
-    from ansible.template import Templar, trust_as_template
 
-    from rlrun.inventory import open_inventory, role_vars
-
-    if not inventory.exists():
-        raise RlrunError(f"inventory {inventory} does not exist (expected an Ansible inventory file or directory)")
     try:
-        loader, inv, varmgr, hostvars = open_inventory(inventory, vault_password_file)
-        heads = inv.get_groups_dict().get("ray_head", [])
-        if len(heads) != 1:
-            raise RlrunError(f"inventory {inventory}: group ray_head must hold exactly one host, found {heads}")
-        own = varmgr.get_vars(host=inv.get_host(heads[0]))
-        _refuse_placeholders(own, inventory)
-        defaults = {k: v for role in ROLES for k, v in role_vars(loader, role, "defaults").items()}
-        derived = {k: v for role in ROLES for k, v in role_vars(loader, role, "vars").items()}
-        renamed = sorted(old for old in derived["cluster__renamed"] if old in own)
-        if renamed:
-            raise RlrunError(f"inventory {inventory}: {', '.join(renamed)} set, but renamed: write "
-                             + ", ".join(derived["cluster__renamed"][old] for old in renamed)
-                             + " (roles/cluster/README.md)")
+        contract = open_contract(inventory, vault_password_file, roles=ROLES)
+        host = contract.head()
+        _refuse_placeholders(contract.own(host), inventory)
+        contract.refuse_renamed(host)
         job = {
             "inventory_hostname": ph("NODE"),
             "ansible_env": {"HOME": ph("USER_HOME")},
             "ansible_user_id": ph("USER_NAME"),
             "ansible_managed": MANAGED,
-            "hostvars": hostvars,
-            "groups": inv.get_groups_dict(),
+            "groups": contract.groups,
             "cluster__node_address": ph("NODE_IP"),
             "cluster__head_address": ph("HEAD_IP"),
             "cluster__state_dir": ph("STATE_DIR"),
@@ -152,28 +138,15 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
             job["ray_node__num_gpus"] = num_gpus
         if object_store_memory is not None:
             job["ray_node__object_store_memory"] = object_store_memory
-        variables = {**defaults, **own, **derived, **job}
-
-        def templar(extra: dict) -> Templar:
-            return Templar(loader=loader, variables={**variables, **extra})
 
         def get(name: str, extra: dict | None = None):
-            return templar(extra or {}).template(variables[name] if name in variables else extra[name])
+            return contract.get(host, name, {**job, **(extra or {})})
 
         def render(template: str, extra: dict | None = None) -> str:
-            text = (Path(__file__).resolve().parent.parent.parent / "roles" / template).read_text(encoding="utf-8")
-            out = templar(extra or {}).template(trust_as_template(text), escape_backslashes=False,
-                                                overrides={"trim_blocks": True, "lstrip_blocks": False,
-                                                           "newline_sequence": "\n"})
-            return out or ""
+            return contract.render(host, template, {**job, **(extra or {})})
 
         head, worker = {"cluster__is_head": True}, {"cluster__is_head": False}
-        # The contract's own checks (name, accelerator, limits, switches), on a sample of the job's values.
-        sample = {var: port for var, port in zip(PORT_VARS, _sample_ports(), strict=True)}
-        problems = get("cluster__problems", {**worker, **sample, "inventory_hostname": heads[0],
-                                             "cluster__node_address": "10.0.0.1", "cluster__is_node": True})
-        if problems:
-            raise RlrunError(f"inventory {inventory}: " + "; ".join(str(p) for p in problems))
+        _check_contract(contract, host, job, inventory)
         if get("cluster__reward_tls") is True:
             raise RlrunError(f"inventory {inventory}: cluster__reward_tls = true, but a Slurm job has no CA on its "
                              "nodes: its reward service serves plain HTTP behind the job's own reward token; "
@@ -198,12 +171,46 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
             reward_argv=[str(a) for a in get("reward_server__command")],
             reward_token_file=reward_token,
             inventory=inventory,
-            head_host=heads[0],
+            head_host=host,
         )
     except AnsibleError as exc:
         raise RlrunError(f"inventory {inventory}: {exc.message}") from None
     _check_accel_inputs(spec, get)
     return spec
+
+
+# Values standing for the allocation's in the contract's check (the rules want an address, paths, numbers).
+SAMPLE = {"NODE": "node1", "NODE_IP": "10.0.0.1", "HEAD_IP": "10.0.0.1", "USER_HOME": "/home/user",
+          "USER_NAME": "user", "STATE_DIR": "/tmp/rlrun-user/job-0/state", "TEMP_DIR": "/tmp/rlrun-user/job-0/ray",
+          "SPILL_DIR": "/tmp/rlrun-user/job-0/spill", "NUM_CPUS": "1"}
+
+
+def _check_contract(contract, host: str, job: dict, inventory: Path) -> None:
+    """The contract's own per-host rules (rlrun/checks: names, types, ports and ranges, paths, switches), on
+    the job's values with a sample of the allocation's: job 0's port block, an address, short paths. A node of
+    the job as the worker it is on most nodes; it runs the reward service where the inventory's head does, and
+    no retrieval service."""
+    from rlrun.checks import Roles, check_host
+    from rlrun.inventory_view import InventoryView
+
+    sample = {**SAMPLE, **{name: str(port) for name, port in zip(PORT_VARS.values(), _sample_ports(), strict=True)}}
+    values = {k: _substituted(v, sample) for k, v in job.items()}
+    values = {**values, "inventory_hostname": host, "cluster__is_head": False, "cluster__is_node": True}
+    root = inventory if inventory.is_dir() else inventory.parent
+    view = InventoryView(path=inventory, root=root, contract=contract,
+                         play_vars={host: contract.variables(host, values)})
+    roles = Roles(node=True, head=False, reward=host in contract.groups.get("reward_servers", []), retriever=False)
+    problems = check_host(view, host, roles)
+    if problems:
+        raise RlrunError(f"inventory {inventory}: " + "; ".join(p.message for p in problems))
+
+
+def _substituted(value, sample: dict[str, str]):
+    if isinstance(value, str):
+        return substitute(value, sample)
+    if isinstance(value, dict):
+        return {k: _substituted(v, sample) for k, v in value.items()}
+    return value
 
 
 def _sample_ports() -> list[int]:

@@ -1,6 +1,7 @@
 """playbooks/validate.yml refuses bad inventories before touching a host, naming variable and value: its first
-play (rlrun.validate, the same check as `rlrun validate`) catches what it knows with file and line; the cluster
-contract's own asserts in its second play catch the rest (ephemeral and rendezvous ranges, firewall lists)."""
+play (rlrun.validate, the same check as `rlrun validate`) catches the inventory's problems with file and line
+(the cluster role's assert in its second play runs the same rules, rlrun/checks/, per host); the services'
+own asserts in the second play catch the rest (firewall lists)."""
 
 import pytest
 
@@ -49,13 +50,15 @@ CASES = [
     ("accelerator typo", dict(group_vars={"cluster__accelerator": "nvdia"}),
      r"cluster__accelerator = 'nvdia' \(host localhost\): must be nvidia, amd or cpu"),
     ("metrics port in the ephemeral range", dict(group_vars={"cluster__ray_dashboard_metrics_port": 40000}),
-     r"cluster__ray_dashboard_metrics_port = 40000 lies inside the ephemeral port range 32768-60999 "
-     r"\(the kernel hands these ports to outgoing connections\)"),
+     r"cluster__ray_dashboard_metrics_port = 40000 \(host localhost\): lies inside the ephemeral port range "
+     r"32768-60999 \(cluster__ephemeral_min_port-cluster__ephemeral_max_port; the kernel hands them to outgoing "
+     r"connections"),
     ("rendezvous range over the worker range", dict(group_vars={"cluster__rendezvous_max_port": 9450}),
      r"the rendezvous port range 9320-9450 \(cluster__rendezvous_min_port\.\.cluster__rendezvous_max_port\) "
      r"overlaps the worker port range 9400-9699"),
     ("tiny rendezvous range", dict(group_vars={"cluster__rendezvous_max_port": 9323}),
-     r"cluster__rendezvous_min_port = 9320 \.\. cluster__rendezvous_max_port = 9323 must span at least 10 ports"),
+     r"cluster__rendezvous_max_port = 9323 \(host localhost\): must be at least cluster__rendezvous_min_port \+ 9 "
+     r"= 9329: the rendezvous range needs a few ports per job and node \(10 at least\)"),
     ("ephemeral range not numbers", dict(group_vars={"cluster__ephemeral_max_port": "auto"}),
      r"cluster__ephemeral_max_port = 'auto' \(host localhost\): must be a whole number"),
     ("firewall switch as string", dict(group_vars={"firewall__enabled": "yes"}),
@@ -107,3 +110,20 @@ def test_a_second_groupless_source_is_not_the_cluster_inventory(tmp_path):
     alone = playbook(connection_only, "playbooks/validate.yml", timeout=120)
     out = " ".join((alone.stdout + alone.stderr).split())
     assert alone.returncode != 0 and "group ray_head = []: must hold exactly one host" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("entry", ["playbooks/validate.yml", "site.yml", "rlrun up", "rlrun status"])
+def test_a_missing_or_empty_inventory_is_an_error(tmp_path, entry):
+    """Ansible alone only warns that it parsed no inventory, and a play then runs on no host and passes."""
+    from tests.conftest import rlrun
+
+    (tmp_path / "empty.yml").write_text("")
+    for inv, said in ((tmp_path / "NO-SUCH-PATH", f"inventory {tmp_path / 'NO-SUCH-PATH'} does not exist"),
+                      (tmp_path / "empty.yml", "holds no hosts: expected the groups ray_head (one host)")):
+        if entry.startswith("rlrun"):
+            result = rlrun(inv, entry.split()[1], timeout=120)
+        else:
+            result = playbook(inv, entry, timeout=120)
+        out = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0, f"{entry} -i {inv.name} passed:\n{out[-2000:]}"
+        assert said in out and "inventory ok" not in out, out[-2000:]

@@ -1,0 +1,141 @@
+"""The inventory rules are written once (rlrun/checks/) and every entry point reports the same problems.
+
+One inventory, each of its hosts broken by one rule about a host's own values (rules that were only in the
+cluster role's Jinja before, rules that were only in Python, rules both had), goes through:
+- `rlrun validate` (the CLI, --json),
+- the cluster role's assert alone (a play of the cluster role, as every play of the project starts), which
+  fails on each host with the problems `cluster__problems` lists,
+- `ansible-playbook site.yml --tags validate` (its first play),
+and each reports the same problems on the same hosts. Nothing is reached: the hosts are SSH hosts on a port
+nothing listens on, and no play gathers facts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, PROJECT, ansible_env, playbook, write_inventory
+
+pytestmark = pytest.mark.integration
+
+P = 9700  # the inventory's ports (nothing binds them)
+LONG_NAME = "n" * 41
+
+# host -> (its own variables that break one rule, the variable the problem must name)
+BROKEN = {
+    # only roles/cluster's Jinja checked these before
+    "w01": ({"cluster__rendezvous_max_port": P + 25}, "cluster__rendezvous_max_port"),
+    "w02": ({"cluster__ephemeral_min_port": 60500}, "cluster__ephemeral_max_port"),
+    "w03": ({"cluster__node_files": "yes"}, "cluster__node_files"),
+    # only rlrun validate checked these before
+    "w04": ({"cluster__ray_gcs_prot": P}, "cluster__ray_gcs_prot"),
+    "w05": ({"ray_node__num_gpus": 2}, "ray_node__num_gpus"),
+    "w06": ({"cluster__ray_spill_dir": "spill"}, "cluster__ray_spill_dir"),
+    "w07": ({"cluster__token": "changeme"}, "cluster__token"),
+    "w08": ({"accel_env__gloo_socket_ifname": "eth0,eth1"}, "accel_env__gloo_socket_ifname"),
+    # both, in their own words before
+    "w09": ({"cluster__ray_object_manager_port": 40000}, "cluster__ray_object_manager_port"),
+    "w10": ({"cluster__ray_max_worker_port": P + 150}, "cluster__ray_max_worker_port"),
+    "w11": ({"ray_node__gcs_port": P}, "ray_node__gcs_port"),
+    "w12": ({"cluster__accelerator": "nvida"}, "cluster__accelerator"),
+    "w13": ({"cluster__nofile_limit": 100}, "cluster__nofile_limit"),
+    "w14": ({"cluster__node_address": "127.0.29.256"}, "cluster__node_address"),
+    "w15": ({"cluster__auth_enabled": "false"}, "cluster__auth_enabled"),
+    # a vaulted value (host_vars/w16.yml, below): each entry point opens the vault
+    "w16": ({}, "cluster__reward_token"),
+}
+# The head, also the reward host: a head-only port in the ephemeral range (the role's check only, before),
+# an unknown extraction strategy (rlrun validate's only).
+HEAD = {"cluster__ray_dashboard_metrics_port": 40001, "reward_server__extract": ["boxed", "magic"]}
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rules-once")
+    workers = {host: {"ansible_connection": "ssh", "ansible_host": f"127.0.29.{i}", "ansible_port": 1,
+                      "cluster__node_address": f"127.0.29.{i}", **bad}
+               for i, (host, (bad, _)) in enumerate(BROKEN.items(), start=1)}
+    # Every host: a cluster name over 40 characters (rlrun validate's limit; the role had none), which also
+    # makes the temp dirs too long for Ray's sockets.
+    inv = write_inventory(root, LONG_NAME, "127.0.29.100", P, hosts_extra=HEAD, workers=workers)
+    (root / "vault-pass").write_text("right\n")
+    vaulted = subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                              str(root / "vault-pass"), "short", "--name", "cluster__reward_token"],
+                             capture_output=True, text=True, check=True, env=ansible_env())
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "w16.yml").write_text(vaulted.stdout)
+    return inv
+
+
+def _vault(inv) -> list[str]:
+    return ["--vault-password-file", str(inv.parent / "vault-pass")]
+
+
+def _core(problem: dict) -> str:
+    """`rlrun validate --json`'s problem without where it was written and on which hosts: the line the
+    cluster role's assert prints."""
+    where = f"{problem['file']}:{problem['line']}: " if problem["line"] else f"{problem['file']}: "
+    on = f" (host {', '.join(problem['hosts'])})" if problem["hosts"] else ""
+    message = problem["message"]
+    assert message.startswith(where) and on in message, problem
+    return message[len(where):].replace(on, "", 1)
+
+
+def _by_host(problems: list[dict]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for p in problems:
+        assert p["hosts"], f"a problem about no one host (this inventory breaks only per-host rules): {p}"
+        for host in p["hosts"]:
+            out.setdefault(host, set()).add(_core(p))
+    return out
+
+
+def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(broken, tmp_path):
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), *_vault(broken), "validate", "--json"],
+                         capture_output=True, text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
+    assert cli.returncode == 1, cli.stderr
+    offline = _by_host(json.loads(cli.stdout)["problems"])
+    for host, (_, variable) in BROKEN.items():
+        assert any(m.startswith(variable) for m in offline.get(host, ())), f"{host}: no {variable} in {offline.get(host)}"
+    assert any(m.startswith("cluster__ray_dashboard_metrics_port = 40001") for m in offline["localhost"])
+    assert any(m.startswith("reward_server__extract") for m in offline["localhost"])
+    assert all(any(m.startswith(f"cluster__name = '{LONG_NAME}'") for m in found) for found in offline.values())
+    assert "cluster__reward_token = (hidden): is 5 characters: use at least 32 (openssl rand -hex 32)" in offline["w16"]
+
+    # The cluster role alone, as each play starts: its assert fails on every host; the rescue prints the list it
+    # failed on.
+    play = tmp_path / "cluster_assert.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "The cluster role's assert", "hosts": "ray_cluster:reward_servers", "gather_facts": False,
+        "tasks": [{"block": [{"ansible.builtin.import_role": {"name": "cluster"}}],
+                   "rescue": [{"ansible.builtin.debug": {
+                       "msg": "PROBLEMS {{ ansible_failed_task.name }} {{ cluster__problems | to_json }}"}}]}]}],
+        sort_keys=False))
+    env = {**ansible_env(), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(broken), *_vault(broken), str(play)],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=PROJECT)
+    out = result.stdout + result.stderr
+    in_play: dict[str, set[str]] = {}
+    for host, text in re.findall(r'ok: \[([\w.-]+)\] => \{\s*"msg": ("PROBLEMS .*")\s*\}', out):
+        message = json.loads(text)
+        assert message.startswith("PROBLEMS Check the cluster contract "), message
+        in_play[host] = set(json.loads(message.removeprefix("PROBLEMS Check the cluster contract ")))
+    assert in_play == offline, f"\nrlrun validate: {offline}\nthe cluster role: {in_play}\n{out[-3000:]}"
+    assert "unreachable=1" not in out and "changed=1" not in out
+
+
+def test_site_yml_tags_validate_reports_what_rlrun_validate_does(broken):
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(broken), *_vault(broken), "validate"], capture_output=True,
+                         text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
+    offline = sorted(re.findall(r"^  - (.*)$", cli.stderr, re.M))
+    assert cli.returncode == 1 and len(offline) >= len(BROKEN), cli.stderr
+    result = playbook(broken, "site.yml", "--tags", "validate", *_vault(broken), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and "nothing was done on any host:" in out, out[-3000:]
+    listed = out.split("nothing was done on any host:", 1)[1].split("\nOrigin:", 1)[0]
+    assert sorted(re.findall(r"^- (.*)$", listed, re.M)) == offline
