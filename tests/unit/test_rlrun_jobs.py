@@ -3,10 +3,9 @@
 import pytest
 
 from rlrun.cli import _parse_env
-from rlrun.dashboard import Node
+from rlrun.dashboard import Node, check_totals
 from rlrun.errors import RlrunError
 from rlrun.jobs import build_runtime_env, upload_size
-from rlrun.nodecheck import check_totals
 
 
 def _tree(root):
