@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlrun.cli import _columns, main
+from rlrun.cli import main
+from rlrun.commands.output import columns
 from rlrun.dashboard import Node, cluster_problems
 from rlrun.jobs import log_tail, progress_of, row_of, short_message
 from tests.conftest import BIN, write_inventory
@@ -166,7 +167,7 @@ def test_job_rows_name_the_preset_and_give_drivers_their_real_id():
 
 def test_list_columns_are_never_cut():
     long_id = "rlrun-20261124-042106-7e5d86-with-a-much-longer-custom-submission-id"
-    text = _columns([("JOB", "NAME"), (long_id, "tiny-rloo"), ("b", "x")])
+    text = columns([("JOB", "NAME"), (long_id, "tiny-rloo"), ("b", "x")])
     assert text.splitlines()[1] == f"{long_id}  tiny-rloo"
     assert all(len(line) <= len(long_id) + 2 + len("tiny-rloo") for line in text.splitlines())
 
@@ -237,3 +238,28 @@ def test_a_play_level_error_is_shown_not_an_empty_host_list():
     assert play_error(out) == ("Error processing keyword 'hosts': The lookup plugin 'rlrun_validate' failed: "
                                "the inventory has 1 problem\n- hosts.yml:10: bad")
     assert play_error("PLAY RECAP\nlocalhost : ok=1\n") == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_playbook_run_is_one_table_or_its_json(as_json, tmp_path, capsys, monkeypatch):
+    """`up` / `check` / `down` show each host's recap as a table, or with --json the same as JSON; a failed host
+    fails the command either way."""
+    import rlrun.provision
+    from rlrun.provision import HostResult, RunResult
+
+    result = RunResult(rc=2, hosts={"w1": HostResult(ok=3, changed=1, failed=1, errors=["task x: boom"]),
+                                    "head": HostResult(ok=9)}, messages=["preflight: 1 problem"])
+    monkeypatch.setattr(rlrun.provision, "run_playbook", lambda *a, **k: result)
+    inv = write_inventory(tmp_path, "fine", "127.0.0.9", 9300, group_vars={"cluster__token": "ab" * 32})
+    assert main(["-i", str(inv), "check"] + (["--json"] if as_json else [])) == 1
+    out, err = capsys.readouterr()
+    assert "`rlrun check` failed on w1 (ansible exit 2)" in err
+    if as_json:
+        shown = json.loads(out)
+        assert shown["hosts"]["w1"] == {"ok": 3, "changed": 1, "failed": 1, "unreachable": 0, "skipped": 0,
+                                        "errors": ["task x: boom"]}
+        assert (shown["rc"], shown["messages"], list(shown["hosts"])) == (2, ["preflight: 1 problem"], ["head", "w1"])
+    else:
+        rows = [line for line in out.splitlines() if "head" in line or "w1" in line]
+        assert [r.split()[1:6:2] for r in rows] == [["head", "9", "0"], ["w1", "3", "1"]], out
+        assert "w1: task x: boom" in err and "preflight: 1 problem" in out
