@@ -11,6 +11,7 @@ from rlrun import presets as P
 from rlrun.commands.context import complete_presets, pass_ctx, presets_dir_option
 from rlrun.commands.output import echo, emit_json, json_option, table
 from rlrun.errors import RlrunError
+from rlrun.trainer_command import entrypoint
 from trainer.config import TrainerConfig
 from trainer.config.fields import derived_names
 
@@ -51,6 +52,6 @@ def presets(obj, name, presets_dir, as_json):
     echo(f"# {preset.path}")
     echo(preset.text.rstrip())
     echo(f"\n# resolved ({{workdir}} = {context['workdir']}, {{reward_url}} = {context['reward_url']}):")
-    echo(shlex.join(P.entrypoint(cfg, preset.values)))
+    echo(shlex.join(entrypoint(cfg, preset.values)))
     derived = {k: v for k, v in cfg.to_dict().items() if k not in preset.values and k in derived_names(TrainerConfig)}
     echo("# derived: " + ", ".join(f"{k}={v}" for k, v in derived.items()))

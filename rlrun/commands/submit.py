@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from rlrun import jobcheck, presets
+from rlrun import jobcheck, presets, trainer_command
 from rlrun.commands.context import Context, complete_presets, pass_ctx, presets_dir_option
 from rlrun.commands.jobs import follow_job
 from rlrun.commands.output import echo, plural, problem_list, say
@@ -96,9 +96,9 @@ def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, f
     elif set_pairs:
         raise RlrunError("--set needs --preset NAME (a command after `--` takes the trainer's flags directly)")
     else:
-        argv = presets.trainer_argv(entrypoint)
+        argv = trainer_command.trainer_argv(entrypoint)
         if argv is not None:
-            job = {"config": presets.config_from_argv(argv), "expects_gpus": False}
+            job = {"config": trainer_command.config_from_argv(argv), "expects_gpus": False}
     if not entrypoint:
         raise RlrunError("no entrypoint: give the command after `--`, e.g. rlrun submit -- python -c 'print(42)', "
                          "or --preset NAME (see `rlrun presets`)")
@@ -147,7 +147,7 @@ def _preset_job(obj: Context, name: str, set_pairs, presets_dir, wd: Path | None
     else:
         presets.make_artifacts(todo, log=lambda text: say(f"  {text}"))
     named = {**preset.values, **sets}
-    return {"config": cfg, "entrypoint": presets.entrypoint(cfg, named),
+    return {"config": cfg, "entrypoint": trainer_command.entrypoint(cfg, named),
             "expects_gpus": preset.hardware.accelerator == "gpu"}
 
 

@@ -98,7 +98,7 @@ def check(opts: JobOptions) -> list[str]:
 
 def render(spec: NodeSpec, opts: JobOptions, version: str = "") -> str:
     """The sbatch script's text."""
-    import jinja2
+    import jinja2  # as slow to import as requests, and only rendering needs it (not `rlrun --help`)
 
     problems = check(opts)
     if problems:
