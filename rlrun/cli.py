@@ -17,7 +17,7 @@ import sys
 import click
 
 from rlrun.commands import cluster, jobs, plot, presets, slurm, submit
-from rlrun.commands.context import DEFAULT_TIMEOUT, Context, not_empty
+from rlrun.commands.context import DEFAULT_TIMEOUT, Amount, Context, not_empty
 from rlrun.commands.output import err_console, say
 from rlrun.errors import RlrunError, one_line
 
@@ -28,7 +28,7 @@ from rlrun.errors import RlrunError, one_line
 @click.option("--vault-password-file", envvar="ANSIBLE_VAULT_PASSWORD_FILE",
               type=click.Path(exists=True, dir_okay=False),
               help="Vault password file, when the inventory's token is vaulted.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), envvar="RLRUN_TIMEOUT",
+@click.option("--timeout", type=Amount("a time in seconds", minimum=0.1), envvar="RLRUN_TIMEOUT",
               default=DEFAULT_TIMEOUT, show_default=True,
               help="Seconds to wait for each answer from the cluster ($RLRUN_TIMEOUT).")
 @click.version_option(package_name="rlrun")
@@ -45,6 +45,12 @@ for command in (*cluster.COMMANDS, submit.submit, *jobs.COMMANDS, presets.preset
     cli.add_command(command)
 
 
+def _usage_error(exc: click.UsageError) -> str:
+    """A usage error (a bad option, value or command) as one line, with where to read the command's options."""
+    command = exc.ctx.command_path if exc.ctx else "rlrun"
+    return f"{' '.join(exc.format_message().split())} ({command} --help lists the options)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every failure is one line on stderr and a non-zero exit (RLRUN_TRACEBACK=1 shows where)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -56,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except (click.exceptions.Abort, KeyboardInterrupt):
         say("interrupted")
         return 130
+    except click.UsageError as exc:
+        err_console.print(f"error: {_usage_error(exc)}", style="red", highlight=False, markup=False, soft_wrap=True)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -3,6 +3,7 @@ more than one command takes, defined once."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -66,9 +67,36 @@ def complete_presets(ctx, param, incomplete: str) -> list[str]:
         return []
 
 
+class Amount(click.ParamType):
+    """A count or amount of a resource (CPUs, GPUs, nodes, seconds): a finite number, at least ``minimum``.
+
+    click's FloatRange lets NaN and infinity through and its error names the range in Python's words; this
+    says what the option is for. ``kind`` int refuses fractions."""
+
+    def __init__(self, what: str, kind: type = float, minimum: float = 0) -> None:
+        self.what, self.kind, self.minimum = what, kind, minimum
+        self.name = f"{'integer' if kind is int else 'number'} >= {minimum:g}"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, self.kind) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = self.kind(str(value).strip())
+            except ValueError:
+                number = None
+        if number is None or (isinstance(number, float) and not math.isfinite(number)) or number < self.minimum:
+            article = "an integer" if self.kind is int else "a number"
+            self.fail(f"{value!r} is not {self.what}: expected {article} >= {self.minimum:g}", param, ctx)
+        return number
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "INTEGER" if self.kind is int else "FLOAT"
+
+
 def max_time_option(default: int):
     """--max-time: how long a playbook may take."""
-    return click.option("--max-time", type=click.FloatRange(min=1), default=default,
+    return click.option("--max-time", type=Amount("a time in seconds", minimum=1), default=default,
                         show_default=True, help="Seconds the whole playbook may take before rlrun stops it.")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from rlrun import presets
+from rlrun.commands.context import Amount
 from rlrun.commands.output import emit_json, json_option
 from rlrun.errors import RlrunError
 from rlrun.slurm import control, ports
@@ -217,7 +218,8 @@ def logs(obj, job_id, job_root, follow):
 @slurm.command()
 @click.argument("job_id")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until Slurm shows the job ended.")
-@click.option("--timeout", type=float, default=120, show_default=True, help="Seconds --wait waits.")
+@click.option("--timeout", type=Amount("a time in seconds"), default=120, show_default=True,
+              help="Seconds --wait waits.")
 @click.pass_obj
 def cancel(obj, job_id, wait, timeout):
     """scancel the job: every step ends its own processes by PID and removes its temp dirs (never Ray's

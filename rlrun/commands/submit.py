@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from rlrun import jobcheck, presets, trainer_command
-from rlrun.commands.context import Context, complete_presets, pass_ctx, presets_dir_option
+from rlrun.commands.context import Amount, Context, complete_presets, pass_ctx, presets_dir_option
 from rlrun.commands.jobs import follow_job
 from rlrun.commands.output import echo, plural, problem_list, say
 from rlrun.errors import RlrunError
@@ -65,9 +65,9 @@ class _SubmitCommand(click.Command):
 @click.option("--env", "env_pairs", multiple=True, help="NAME=VALUE for the job's environment (repeatable).")
 @click.option("--name", help="A name for the job, shown by `rlrun list` (default: the preset or the command).")
 @click.option("--submission-id", help="Job id to use (default: rlrun-<time>-<random>).")
-@click.option("--num-cpus", type=float, default=0, show_default=True,
+@click.option("--num-cpus", type=Amount("a number of CPUs"), default=0, show_default=True,
               help="CPUs reserved for the entrypoint.")
-@click.option("--num-gpus", type=float, default=0, show_default=True,
+@click.option("--num-gpus", type=Amount("a number of GPUs"), default=0, show_default=True,
               help="GPUs reserved for the entrypoint.")
 @click.argument("entrypoint", nargs=-1, type=click.UNPROCESSED)
 @pass_ctx
