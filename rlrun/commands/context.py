@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from rlrun import inventory, presets
+from rlrun import presets
 from rlrun.errors import RlrunError
-from rlrun.inventory import Cluster
+from rlrun.inventory import Cluster, default_inventory, load_cluster
 from rlrun.jobs import Jobs
 
 DEFAULT_TIMEOUT = 30.0
@@ -31,7 +31,7 @@ class Context:
         if self.inventory_arg is None and os.environ.get("RLRUN_INVENTORY") == "":
             raise RlrunError("RLRUN_INVENTORY is set but empty: give the inventory's path (or unset it to use "
                              "./inventory)")
-        return Path(self.inventory_arg) if self.inventory_arg else inventory.default_inventory()
+        return Path(self.inventory_arg) if self.inventory_arg else default_inventory()
 
     @property
     def inv_flag(self) -> str:
@@ -41,7 +41,7 @@ class Context:
     @property
     def cluster(self) -> Cluster:
         if self._cluster is None:
-            self._cluster = inventory.load_cluster(self.inventory, self.vault_password_file)
+            self._cluster = load_cluster(self.inventory, self.vault_password_file)
         return self._cluster
 
     def jobs(self, timeout: float | None = None) -> Jobs:
