@@ -102,8 +102,11 @@ class RemoteRewardClient(ServiceClient):
             if labels is not None:
                 body["labels"] = list(labels[lo:hi])
             jobs.append((url, body, hi - lo))
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            answers = list(pool.map(lambda job: self._post(job[0], job[1], job[2]), jobs))
+        if len(jobs) == 1:  # in this thread: its session (and kept-alive connection) serves the next batch too
+            answers = [self._post(*jobs[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                answers = list(pool.map(lambda job: self._post(job[0], job[1], job[2]), jobs))
         rewards: list[float] = []
         logs: dict[str, float] = {}
         for (_, _, size), answer in zip(jobs, answers, strict=True):
