@@ -124,15 +124,28 @@ def retriever_health(url: str, timeout: float = 5.0) -> str:
     return "ok" if isinstance(docs, int) and docs > 0 else f"answers with an empty index (n_docs {docs!r})"
 
 
+def check_totals(nodes, expect_nodes, expect_cpus, expect_gpus) -> list[str]:
+    """Problems found comparing alive nodes with what the inventory expects."""
+    alive = [n for n in nodes if n.alive]
+    problems = []
+    if expect_nodes is not None and len(alive) != expect_nodes:
+        problems.append(f"{len(alive)} nodes alive, the inventory expects {expect_nodes}")
+    cpus = sum(n.cpus for n in alive)
+    if expect_cpus is not None and cpus != expect_cpus:
+        problems.append(f"{cpus:g} CPUs in the cluster, the inventory expects {expect_cpus:g}")
+    gpus = sum(n.gpus for n in alive)
+    if expect_gpus is not None and gpus != expect_gpus:
+        problems.append(f"{gpus:g} GPUs in the cluster, the inventory expects {expect_gpus:g}")
+    return problems
+
+
 def cluster_problems(cluster, nodes: list[Node], reward: dict[str, str],
                      retrievers: dict[str, str] | None = None) -> list[str]:
     """What differs between the live cluster and its inventory (empty when nothing does): a host whose node is
     not alive, a node with other GPUs than its host's ray_node__num_gpus, alive nodes the inventory does not
-    list, CPU and GPU totals as the status play counts them (rlrun.nodecheck.check_totals: cluster__expected_gpus,
-    else the hosts' ray_node__num_gpus; CPUs when every host pins ray_node__num_cpus), fewer nodes than
-    cluster__expected_nodes, a reward or retrieval service that does not answer /health_check."""
-    from rlrun.nodecheck import check_totals
-
+    list, CPU and GPU totals as the status play counts them (check_totals, as `python -m rlrun.nodecheck` does:
+    cluster__expected_gpus, else the hosts' ray_node__num_gpus; CPUs when every host pins ray_node__num_cpus),
+    fewer nodes than cluster__expected_nodes, a reward or retrieval service that does not answer /health_check."""
     problems = []
     alive = [n for n in nodes if n.alive]
     by_ip: dict[str, list[Node]] = {}

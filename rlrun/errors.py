@@ -3,6 +3,10 @@ everything else that can escape a command (vault, timeouts, files) into such a l
 
 from __future__ import annotations
 
+import os
+
+import requests
+
 VAULT_HINT = ("the inventory holds vault-encrypted values: pass --vault-password-file FILE (or set "
               "ANSIBLE_VAULT_PASSWORD_FILE), as for ansible-playbook")
 
@@ -41,18 +45,11 @@ def one_line(exc: BaseException) -> str:
     """The message for an exception that escaped a command: what happened and what to do, one line
     (no traceback; RLRUN_TRACEBACK=1 shows it)."""
     if is_vault_error(exc):
-        import os
-
         return vault_message(os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE"))
-    try:
-        import requests
-
-        if isinstance(exc, requests.Timeout):
-            return f"no answer from the cluster in time ({exc})"
-        if isinstance(exc, requests.ConnectionError):
-            return f"cannot reach the cluster: {exc}"
-    except ImportError:  # pragma: no cover - requests is a dependency
-        pass
+    if isinstance(exc, requests.Timeout):
+        return f"no answer from the cluster in time ({exc})"
+    if isinstance(exc, requests.ConnectionError):
+        return f"cannot reach the cluster: {exc}"
     if isinstance(exc, PermissionError | FileNotFoundError | IsADirectoryError | NotADirectoryError):
         return f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, OSError) and exc.strerror:

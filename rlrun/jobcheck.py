@@ -21,6 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.dashboard import list_nodes, reward_health
+from rlrun.jobs import excluded
+from rlrun.probe import run_probe
 from trainer.config import TrainerConfig
 from trainer.placement import Request, plan
 
@@ -232,8 +235,6 @@ def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
 
 def check_inputs(cfg: TrainerConfig, view: ClusterView, workdir: Path | None, excludes: list[str],
                  report: Report) -> None:
-    from rlrun.jobs import _excluded
-
     for url in cfg.remote_rm_url:
         status = view.reward.get(url)
         if status is None:
@@ -270,7 +271,7 @@ def check_inputs(cfg: TrainerConfig, view: ClusterView, workdir: Path | None, ex
                 report.notes.append(f"--{flag} {value}: relative to the head's directory (no working dir uploaded)")
             elif not (workdir / value).exists():
                 report.problems.append(f"--{flag} {value}: not in the working dir {workdir}")
-            elif _excluded(str(Path(value)), excludes):
+            elif excluded(str(Path(value)), excludes):
                 report.problems.append(f"--{flag} {value}: in the working dir, but the upload leaves it out "
                                        "(excluded pattern); keep it on the nodes and give an absolute path")
             else:
@@ -300,8 +301,6 @@ def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jo
            timeout: float = 10.0) -> ClusterView:
     """The view of a live cluster: nodes from the state API; reward health and paths from a probe job
     (``probe=True``), else reward health from this machine and paths not looked at."""
-    from rlrun.dashboard import list_nodes, reward_health
-
     nodes = tuple(NodeView(n.node_ip, n.cpus, n.gpus, n.is_head)
                   for n in list_nodes(cluster.dashboard_url, cluster.token, timeout=timeout) if n.alive)
     request = probe_request(cfg, workdir)
@@ -311,8 +310,6 @@ def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jo
         ca = str(cluster.reward_ca) if getattr(cluster, "reward_ca", None) else None
         return ClusterView(nodes, {u: reward_health(u, timeout=min(timeout, 5.0), ca=ca) for u in cfg.remote_rm_url},
                            "this machine", None)
-    from rlrun.probe import run_probe
-
     found = run_probe(jobs, request)
     missing = {k: tuple(v) for k, v in found["missing"].items()}
     return ClusterView(nodes, found["reward"], f"the head {found['head']}", missing, found.get("retriever") or {})

@@ -14,8 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
+
 from rlrun.errors import RlrunError
 from rlrun.inventory import Cluster
+from trainer.metrics import parse_log_line
 
 # Never uploaded with working_dir: VCS data, environments, checkpoints, data
 # sets, caches, secrets. Jobs read data and models from paths on the nodes.
@@ -29,7 +32,7 @@ MAX_UPLOAD_BYTES = 90 * 1024 * 1024
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
-def _excluded(rel: str, patterns: list[str]) -> bool:
+def excluded(rel: str, patterns: list[str]) -> bool:
     parts = rel.split("/")
     return any(fnmatch.fnmatch(part, pat) for part in parts for pat in patterns) or any(
         fnmatch.fnmatch(rel, pat) for pat in patterns)
@@ -40,10 +43,10 @@ def upload_size(working_dir: Path, excludes: list[str]) -> tuple[int, list[tuple
     total, files = 0, []
     for root, dirs, names in os.walk(working_dir):
         rel_root = os.path.relpath(root, working_dir)
-        dirs[:] = [d for d in dirs if not _excluded(os.path.normpath(os.path.join(rel_root, d)), excludes)]
+        dirs[:] = [d for d in dirs if not excluded(os.path.normpath(os.path.join(rel_root, d)), excludes)]
         for name in names:
             rel = os.path.normpath(os.path.join(rel_root, name))
-            if _excluded(rel, excludes):
+            if excluded(rel, excludes):
                 continue
             with contextlib.suppress(OSError):
                 size = os.path.getsize(os.path.join(root, name))
@@ -127,8 +130,6 @@ class JobRow:
 
 def progress_of(log: str) -> tuple[int | None, int | None]:
     """(last step, total steps) from a trainer job's @metrics / @plan lines; (None, None) for other jobs."""
-    from trainer.metrics import parse_log_line
-
     step = total = None
     for line in log.splitlines():
         if not line.startswith("@"):
@@ -172,6 +173,7 @@ class _Client:
 
     @staticmethod
     def make(url: str, headers: dict | None, timeout: float):
+        # Ray takes ~1 s to import: only the commands that talk to the Jobs API pay it, not `rlrun --help`
         from ray.job_submission import JobSubmissionClient
 
         class Client(JobSubmissionClient):
@@ -196,8 +198,7 @@ class Jobs:
     @contextlib.contextmanager
     def _errors(self, job_id: str | None = None) -> Iterator[None]:
         """Turn the SDK's exceptions into one line that names the cluster and the cause."""
-        import requests
-        from ray.exceptions import AuthenticationError
+        from ray.exceptions import AuthenticationError  # loaded by make() already; not at start (~1 s)
 
         try:
             yield
@@ -262,7 +263,7 @@ class Jobs:
         """Ray's log tail (the dashboard's websocket). A quiet stream is not a hung head: after `timeout`
         seconds without a line the head is asked for the job's status (with the same timeout), and only a
         head that does not answer that ends the follow. A job may print nothing for minutes."""
-        import aiohttp
+        import aiohttp  # ~3x the import time of requests, and only following a log needs it
 
         timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout)
         async with aiohttp.ClientSession(headers=self.headers, timeout=timeout) as session:

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from rlrun.dashboard import list_nodes, wait_node_alive
+from rlrun.dashboard import check_totals, list_nodes, wait_node_alive
 from rlrun.errors import RlrunError
 
 
@@ -29,21 +29,6 @@ def read_token_file(path: str | None) -> str | None:
             return fh.read().strip()
     except OSError as exc:
         raise RlrunError(f"cannot read the token file {path}: {exc.strerror}") from None
-
-
-def check_totals(nodes, expect_nodes, expect_cpus, expect_gpus) -> list[str]:
-    """Problems found comparing alive nodes with what the inventory expects."""
-    alive = [n for n in nodes if n.alive]
-    problems = []
-    if expect_nodes is not None and len(alive) != expect_nodes:
-        problems.append(f"{len(alive)} nodes alive, the inventory expects {expect_nodes}")
-    cpus = sum(n.cpus for n in alive)
-    if expect_cpus is not None and cpus != expect_cpus:
-        problems.append(f"{cpus:g} CPUs in the cluster, the inventory expects {expect_cpus:g}")
-    gpus = sum(n.gpus for n in alive)
-    if expect_gpus is not None and gpus != expect_gpus:
-        problems.append(f"{gpus:g} GPUs in the cluster, the inventory expects {expect_gpus:g}")
-    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -169,6 +169,7 @@ def layout(runs: list[Run]) -> tuple[list[tuple[Panel, list[str]]], list[str]]:
 
 def figure(runs: list[Run], smooth_weight: float | None = None):
     """(the matplotlib Figure, {panel title: [metric names plotted]})."""
+    # matplotlib takes seconds to import: only `rlrun plot` pays for it
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -247,7 +248,7 @@ def figure(runs: list[Run], smooth_weight: float | None = None):
             ax.legend(fontsize="x-small")
         plotted["supervised warm-up"] = ["loss/sft"]
     if several:
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # (see figure(): matplotlib only when plotting)
 
         fig.legend([Line2D([], [], color=color(ri, 0), linewidth=2) for ri in range(len(runs))],
                    [r.title for r in runs], loc="outside upper center", ncols=min(len(runs), 3), fontsize=9)

@@ -10,7 +10,7 @@ A preset file (``rlrun/presets/NAME.yaml``, or ``NAME.yaml`` in a user directory
 and is headed by comments stating the hardware and the batch arithmetic. ``config`` keys are the
 trainer's flag names; a preset (with any ``--set key=value``) is validated by building the real
 :class:`trainer.config.TrainerConfig`, so the trainer's own checks run and nothing is checked twice.
-The result becomes the entrypoint ``python -m trainer.train_ppo_ray --flag value ...``.
+The result becomes the entrypoint ``python -m trainer.train_ppo_ray --flag value ...`` (rlrun/trainer_command.py).
 
 String values may use three placeholders, expanded at submit time: ``{workdir}`` (the working
 directory on this machine, absolute), ``{reward_url}`` (the inventory's reward services,
@@ -376,33 +376,6 @@ def _norm(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-def flag_args(cfg: TrainerConfig, named: Iterable[str] = ()) -> list[str]:
-    """The trainer flags that reproduce ``cfg``: the ``named`` ones (those a preset or --set gives, so
-    the command reads like the preset) and every other flag whose resolved value is not its default."""
-    named = set(named)
-    args: list[str] = []
-    for spec in flag_specs(TrainerConfig):
-        value = getattr(cfg, spec.name)
-        if value == spec.default and (spec.name not in named or spec.base is bool):
-            continue
-        if spec.base is bool:
-            args.append(spec.cli)
-        elif value is None:
-            args += [spec.cli, "none"]
-        elif spec.is_list:
-            args += [spec.cli, ",".join(value)]
-        elif spec.is_pair:
-            args += [spec.cli, *(repr(v) for v in value)]
-        else:
-            args += [spec.cli, repr(value) if isinstance(value, float) else str(value)]
-    return args
-
-
-def entrypoint(cfg: TrainerConfig, named: Iterable[str] = ()) -> list[str]:
-    """``python -m trainer.train_ppo_ray --flag value ...`` for ``cfg`` (see :func:`flag_args`)."""
-    return ["python", "-m", TRAINER_MODULE, *flag_args(cfg, named)]
-
-
 def missing_artifacts(preset: Preset, context: Mapping[str, str | None]) -> list[tuple[Path, list[str]]]:
     """(path, command) for each of the preset's ``make`` entries whose path does not exist yet."""
     todo = []
@@ -421,31 +394,3 @@ def make_artifacts(todo: list[tuple[Path, list[str]]], log=print) -> None:
         if done.returncode != 0:
             raise RlrunError(f"making {path} failed (exit {done.returncode}): "
                              f"{(done.stderr or done.stdout).strip()[-500:]}")
-
-
-# --- a trainer command given after `--` -----------------------------------------------------------------
-def trainer_argv(command: list[str]) -> list[str] | None:
-    """The flags of ``python -m trainer.train_ppo_ray FLAGS...``, None for any other command."""
-    if len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1:3] == ["-m", TRAINER_MODULE]:
-        return command[3:]
-    return None
-
-
-def config_from_argv(argv: list[str]) -> TrainerConfig:
-    """Validate a trainer command line as the trainer will (its parser, its checks); errors list every problem."""
-    from trainer.config.cli import build_parser, read_argv
-
-    parser = build_parser(prog=f"python -m {TRAINER_MODULE}")
-    parser.add_argument("--print-config", action="store_true")
-
-    def error(message: str):
-        raise PresetError("the trainer's command line is not valid", [message])
-
-    parser.error = error  # argparse would print and exit
-    values, _, problems = read_argv(argv, parser)
-    if problems:
-        raise PresetError("the trainer's command line is not valid", problems)
-    try:
-        return TrainerConfig(**values)
-    except ConfigError as err:
-        raise PresetError("the trainer's command line is not a valid job", err.problems) from None

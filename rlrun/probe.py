@@ -32,7 +32,7 @@ PROBE_JOB_PREFIX = "rlrun-probe-"  # `rlrun list` leaves these out (unless --all
 def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None) -> tuple[str, list[str], str | None]:
     """On one node: (its IP, the paths and hub ids missing there, the health of the job's retrieval service on
     this node: its URL with the node's own address for {node_ip}; None without one)."""
-    import ray
+    import ray  # inside the probe job only (this runs on a node); rlrun's own commands never import Ray here
 
     hub_cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
@@ -58,7 +58,7 @@ def _health(url: str, timeout: float = 5.0) -> str:
 
 def main(argv: list[str]) -> int:
     """Inside the probe job: argv[1] is the request (see ``jobcheck.probe_request``)."""
-    import ray
+    import ray  # inside the probe job only, as in _look
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     req = json.loads(argv[1])
@@ -92,6 +92,8 @@ def parse_probe_log(text: str) -> dict | None:
 
 def run_probe(jobs, request: dict, timeout: float = 120.0) -> dict:
     """Submit the probe job, wait for it, return its findings; the job is deleted afterwards."""
+    # Not at the top: this file's source runs on the head as the probe job, where rlrun may not be importable
+    # (only the standard library and Ray are used there).
     from rlrun.errors import RlrunError
 
     source = Path(__file__).read_text(encoding="utf-8")

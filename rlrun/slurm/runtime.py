@@ -24,8 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from rlrun.dashboard import list_nodes, reward_health
 from rlrun.errors import RlrunError
+from rlrun.nodecheck import read_token_file
 from rlrun.slurm import ports as P
+from rlrun.slurm.spec import PORT_VARS
 
 
 def cmd_ports(args) -> None:
@@ -47,9 +52,6 @@ def cmd_free(args) -> None:
 
 
 def cmd_wait(args) -> None:
-    from rlrun.dashboard import list_nodes, reward_health
-    from rlrun.nodecheck import read_token_file
-
     token = read_token_file(os.environ.get("RLRUN_TOKEN_FILE"))
     watch = {}
     for item in args.watch:
@@ -110,10 +112,6 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def cmd_inventory(args) -> None:
-    import yaml
-
-    from rlrun.slurm.spec import PORT_VARS
-
     ports = {}
     for var, name in PORT_VARS.items():
         value = os.environ.get(name, "")

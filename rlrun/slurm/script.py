@@ -79,8 +79,9 @@ def check(opts: JobOptions) -> list[str]:
     elif len(opts.node_tmp) > 24:
         problems.append(f"--node-tmp {opts.node_tmp!r} is {len(opts.node_tmp)} characters: at most 24, so the "
                         "per-job temp dir below it stays within 60 (Ray's socket paths <= 107)")
-    if opts.reward_node is not None and not 0 <= opts.reward_node < opts.nodes:
-        problems.append(f"--reward-node {opts.reward_node}: expected a node index 0..{opts.nodes - 1} or 'none'")
+    nodes = max(opts.nodes, 1)  # a bad --nodes is its own problem: node 0 stays a valid index
+    if opts.reward_node is not None and not 0 <= opts.reward_node < nodes:
+        problems.append(f"--reward-node {opts.reward_node}: expected a node index 0..{nodes - 1} or 'none'")
     try:
         P.block_bases(P.parse_window(opts.port_window), opts.port_block, P.parse_ranges(opts.deny_ports))
     except P.PortError as exc:
@@ -98,7 +99,7 @@ def check(opts: JobOptions) -> list[str]:
 
 def render(spec: NodeSpec, opts: JobOptions, version: str = "") -> str:
     """The sbatch script's text."""
-    import jinja2
+    import jinja2  # as slow to import as requests, and only rendering needs it (not `rlrun --help`)
 
     problems = check(opts)
     if problems:

@@ -202,6 +202,7 @@ def test_too_big_bodies_wrong_paths_and_methods(service: Service) -> None:
     assert chunked.status_code == 413
     resp = requests.get(f"{service.url}/retrieve", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
     assert resp.status_code == 405 and "POST /retrieve" in resp.json()["error"]
+    assert "POST" in resp.headers["Allow"].split(", ")  # as the reward service: the methods there are
     resp = service.post({"queries": ["x"]}, token=TOKEN, headers={})
     assert resp.status_code == 200
     resp = requests.post(f"{service.url}/search", json={"queries": ["x"]}, timeout=5,

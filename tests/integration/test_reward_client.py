@@ -157,3 +157,21 @@ def test_unknown_reward_functions_are_named():
     with pytest.raises(ValueError, match=r"'json:nothing' cannot be loaded"):
         resolve_reward_fn("json:nothing")
     assert resolve_reward_fn("json:dumps")([1]) == "[1]"
+
+
+@pytest.mark.parametrize("which", ["reward", "retrieval"])
+def test_a_tls_failure_is_not_retried_by_either_client(flaky, which):
+    """Both clients share one request loop (trainer.services.client): a certificate that does not check out fails
+    at once, naming TLS, where a connection error would be retried (here: https to a plain-HTTP server)."""
+    from trainer.retrieval.client import RetrievalClient, RetrievalError
+
+    srv, url = flaky
+    url = url.replace("http://", "https://")
+    started = time.monotonic()
+    if which == "reward":
+        with pytest.raises(RewardServiceError, match=r"reward service https://.*: TLS failed .*RLRUN_REWARD_CA_FILE"):
+            RemoteRewardClient([url], retries=3, backoff=1.0).score(["a"])
+    else:
+        with pytest.raises(RetrievalError, match=r"retrieval service https://.*: TLS failed .*a CA this machine trusts"):
+            RetrievalClient(url.replace("/get_reward", "/retrieve"), token="t", retries=3, backoff=1.0).search(["q"])
+    assert time.monotonic() - started < 1.0 and srv.requests == []

@@ -240,6 +240,7 @@ def test_unknown_path_and_method_are_json(server: Server) -> None:
     resp = requests.get(f"{server.url}/get_reward", headers=auth, timeout=5)
     assert resp.status_code == 405
     assert "method GET is not allowed" in resp.json()["error"]
+    assert "POST" in resp.headers["Allow"].split(", ")
     server.bodies += [resp.text]
 
 
@@ -423,7 +424,7 @@ def test_slow_clients_get_408_and_are_closed(server: Server) -> None:
 
 
 def test_failed_auth_is_logged_with_the_peer_and_rate_limited(server: Server) -> None:
-    from trainer.reward.server.app import AUTH_LOG_PER_MINUTE
+    from trainer.services.app import AUTH_LOG_PER_MINUTE
 
     def refusals() -> int:
         return server.log.read_text().count("refused POST /get_reward from 127.0.0.1: HTTP 403 (wrong token)")

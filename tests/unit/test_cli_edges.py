@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlrun.cli import _columns, main
+from rlrun.cli import main
+from rlrun.commands.output import columns
 from rlrun.dashboard import Node, cluster_problems
 from rlrun.jobs import log_tail, progress_of, row_of, short_message
 from tests.conftest import BIN, write_inventory
@@ -166,7 +167,7 @@ def test_job_rows_name_the_preset_and_give_drivers_their_real_id():
 
 def test_list_columns_are_never_cut():
     long_id = "rlrun-20261124-042106-7e5d86-with-a-much-longer-custom-submission-id"
-    text = _columns([("JOB", "NAME"), (long_id, "tiny-rloo"), ("b", "x")])
+    text = columns([("JOB", "NAME"), (long_id, "tiny-rloo"), ("b", "x")])
     assert text.splitlines()[1] == f"{long_id}  tiny-rloo"
     assert all(len(line) <= len(long_id) + 2 + len("tiny-rloo") for line in text.splitlines())
 
@@ -237,3 +238,75 @@ def test_a_play_level_error_is_shown_not_an_empty_host_list():
     assert play_error(out) == ("Error processing keyword 'hosts': The lookup plugin 'rlrun_validate' failed: "
                                "the inventory has 1 problem\n- hosts.yml:10: bad")
     assert play_error("PLAY RECAP\nlocalhost : ok=1\n") == ""
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_playbook_run_is_one_table_or_its_json(as_json, tmp_path, capsys, monkeypatch):
+    """`up` / `check` / `down` show each host's recap as a table, or with --json the same as JSON; a failed host
+    fails the command either way."""
+    import rlrun.provision
+    from rlrun.provision import HostResult, RunResult
+
+    result = RunResult(rc=2, hosts={"w1": HostResult(ok=3, changed=1, failed=1, errors=["task x: boom"]),
+                                    "head": HostResult(ok=9)}, messages=["preflight: 1 problem"])
+    monkeypatch.setattr(rlrun.provision, "run_playbook", lambda *a, **k: result)
+    inv = write_inventory(tmp_path, "fine", "127.0.0.9", 9300, group_vars={"cluster__token": "ab" * 32})
+    assert main(["-i", str(inv), "check"] + (["--json"] if as_json else [])) == 1
+    out, err = capsys.readouterr()
+    assert "`rlrun check` failed on w1 (ansible exit 2)" in err
+    if as_json:
+        shown = json.loads(out)
+        assert shown["hosts"]["w1"] == {"ok": 3, "changed": 1, "failed": 1, "unreachable": 0, "skipped": 0,
+                                        "errors": ["task x: boom"]}
+        assert (shown["rc"], shown["messages"], list(shown["hosts"])) == (2, ["preflight: 1 problem"], ["head", "w1"])
+    else:
+        rows = [line for line in out.splitlines() if "head" in line or "w1" in line]
+        assert [r.split()[1:6:2] for r in rows] == [["head", "9", "0"], ["w1", "3", "1"]], out
+        assert "w1: task x: boom" in err and "preflight: 1 problem" in out
+
+
+ECHO = ["--dry-run", "--no-working-dir", "--", "echo", "hi"]
+
+
+@pytest.mark.parametrize("argv,flag,expected", [
+    (["submit", "--num-gpus", "-1", *ECHO], "'--num-gpus': '-1' is not a number of GPUs", "a number >= 0"),
+    (["submit", "--num-gpus", "two", *ECHO], "'--num-gpus': 'two' is not a number of GPUs", "a number >= 0"),
+    (["submit", "--num-cpus", "nan", *ECHO], "'--num-cpus': 'nan' is not a number of CPUs", "a number >= 0"),
+    (["submit", "--num-cpus", "inf", *ECHO], "'--num-cpus': 'inf'", "a number >= 0"),
+    (["submit", "--num-cpus", "-0.5", *ECHO], "'--num-cpus': '-0.5'", "a number >= 0"),
+    (["--timeout", "0", "list"], "'--timeout': '0' is not a time in seconds", "a number >= 0.1"),
+    (["--timeout", "nan", "list"], "'--timeout': 'nan'", "a number >= 0.1"),
+    (["up", "--max-time", "-5"], "'--max-time': '-5' is not a time in seconds", "a number >= 1"),
+    (["check", "--max-time", "soon"], "'--max-time': 'soon'", "a number >= 1"),
+    (["down", "--yes", "--max-time", "inf"], "'--max-time': 'inf'", "a number >= 1"),
+    (["list", "-n", "-1"], "'--last': -1", "x>=0"),
+    (["logs", "--tail", "0", "some-job"], "'--tail': 0", "x>=1"),
+    (["slurm", "cancel", "--timeout", "-1", "7"], "'--timeout': '-1' is not a time in seconds", "a number >= 0"),
+    (["slurm", "render", "--nodes", "two", "--", "echo"], "'--nodes' / '-N': 'two'", "integer"),
+    (["slurm", "render", "--gpus-per-node", "1.5", "--", "echo"], "'--gpus-per-node': '1.5'", "integer"),
+    (["slurm", "render", "--cpus-per-node", "x", "--", "echo"], "'--cpus-per-node': 'x'", "integer"),
+])
+def test_a_negative_or_non_numeric_resource_request_is_refused_in_one_line(argv, flag, expected, capsys):
+    """Issue 33: `rlrun submit --num-gpus -1 --dry-run -- echo hi` was accepted. Every numeric resource flag refuses
+    a negative, non-numeric, NaN or infinite value before anything runs: one line, naming the flag and the value,
+    saying what was expected and where the options are listed; exit 2 (a usage error)."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: Invalid value for ") and flag in err and expected in err, err
+    assert "--help lists the options" in err
+
+
+def test_negative_slurm_sizes_are_refused_naming_each(capsys):
+    """The Slurm job's sizes are checked together (every problem at once) before a script is written."""
+    assert main(["slurm", "render", "--nodes", "-1", "--gpus-per-node", "-2", "--cpus-per-node", "-1",
+                 "--wait-timeout", "-1", "--", "echo"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[1:] == ["  - --nodes -1: expected 1 or more", "  - --gpus-per-node -2: expected 0 or more",
+                                    "  - --cpus-per-node -1: expected 0 or more",
+                                    "  - --wait-timeout -1: expected at least 10 seconds"], err
+
+
+def test_fractional_gpus_and_cpus_are_still_accepted(capsys):
+    assert main(["submit", "--num-gpus", "0.5", "--num-cpus", "2", *ECHO]) == 0
+    assert capsys.readouterr().out.splitlines() == ["entrypoint: echo hi", "runtime_env: {}"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlrun import presets as P
+from rlrun import trainer_command as T
 from rlrun.errors import RlrunError
 from trainer.config.cli import parse_args
 
@@ -47,7 +48,7 @@ def test_each_preset_is_headed_by_hardware_and_batch_arithmetic(name):
 def test_the_entrypoint_reproduces_the_config_through_the_trainers_parser(name):
     preset = P.load_preset(name, P.preset_dirs())
     cfg = P.build_config(preset, {}, CONTEXT)
-    command = P.entrypoint(cfg, preset.values)
+    command = T.entrypoint(cfg, preset.values)
     assert command[:3] == ["python", "-m", "trainer.train_ppo_ray"]
     assert parse_args(command[3:]).to_dict() == cfg.to_dict()
 
@@ -83,9 +84,9 @@ def test_set_overrides_are_typed_and_reported_as_differences():
     assert cfg.reward_clip_range == (-5.0, 5.0)
     assert P.differences(preset, sets) == [("train_batch_size", 128, 256), ("actor_learning_rate", 5e-7, 1e-6),
                                            ("bf16", True, False), ("reward_clip_range", (-10.0, 10.0), (-5.0, 5.0))]
-    args = P.flag_args(cfg)
+    args = T.flag_args(cfg)
     assert args[args.index("--reward_clip_range"):][:3] == ["--reward_clip_range", "-5.0", "5.0"]
-    assert P.config_from_argv(args) == cfg  # the command line reads back as the same job
+    assert T.config_from_argv(args) == cfg  # the command line reads back as the same job
 
 
 def test_user_presets_come_from_the_env_and_the_option_and_shadow_built_ins(tmp_path, monkeypatch):
@@ -116,20 +117,20 @@ def test_tiny_artifacts_are_made_when_missing(tmp_path):
 
 
 def test_a_trainer_command_after_the_double_dash_is_validated_as_the_trainer_would():
-    argv = P.trainer_argv(["python", "-m", "trainer.train_ppo_ray", "--pretrain", "m", "--prompt_data", "d",
+    argv = T.trainer_argv(["python", "-m", "trainer.train_ppo_ray", "--pretrain", "m", "--prompt_data", "d",
                            "--reward_fn", "math_verify", "--advantage_estimator", "rloo",
                            "--n_samples_per_prompt", "2", "--rollout_batch_size", "8", "--train_batch_size", "16",
                            "--micro_train_batch_size", "2", "--actor_num_gpus_per_node", "1",
                            "--ref_num_gpus_per_node", "1", "--print-config"])
-    cfg = P.config_from_argv(argv)
+    cfg = T.config_from_argv(argv)
     assert (cfg.rollout_samples, cfg.grad_accum_steps) == (16, 8)
-    assert P.trainer_argv(["python", "-c", "print(1)"]) is None
+    assert T.trainer_argv(["python", "-c", "print(1)"]) is None
     with pytest.raises(P.PresetError, match=r"unknown flag --train_batchsize \(did you mean --train_batch_size"):
-        P.config_from_argv([*argv, "--train_batchsize", "3"])
+        T.config_from_argv([*argv, "--train_batchsize", "3"])
     with pytest.raises(P.PresetError, match=r"16 samples per rollout must be divisible by --train_batch_size 12"):
-        P.config_from_argv([*argv, "--train_batch_size", "12"])
+        T.config_from_argv([*argv, "--train_batch_size", "12"])
     with pytest.raises(P.PresetError, match=r"argument --rollout_batch_size: invalid int value: 'x'"):
-        P.config_from_argv([*argv, "--rollout_batch_size", "x"])
+        T.config_from_argv([*argv, "--rollout_batch_size", "x"])
 
 
 # --- bad overrides: each is refused with a message naming what was wrong and what was expected -------------

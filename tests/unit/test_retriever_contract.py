@@ -89,7 +89,7 @@ def test_status_counts_a_retrieval_service_that_does_not_answer(tmp_path):
 
 
 def test_rlrun_slurm_refuses_a_job_that_needs_the_retrieval_service(tmp_path):
-    from rlrun.slurm.cli import _refuse_retriever
+    from rlrun.commands.slurm import _refuse_retriever
 
     preset = P.Preset(name="p", path=tmp_path / "p.yaml", description="d", hardware=None, make={},
                       values={"prompt_data": "{workdir}/x", "remote_rm_url": "{retriever_url}"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.reward.server.ratelog import RateLimitedLog
-from trainer.reward.server.worker import BadRequest, Limits, _Conn, _frame, _scan_chunks
+from trainer.services.ratelog import RateLimitedLog
+from trainer.services.worker import BadRequest, Limits, _Conn, _frame, _scan_chunks
 
 
 class _FakeSock:

@@ -2,11 +2,10 @@
 
 import pytest
 
-from rlrun.cli import _parse_env
-from rlrun.dashboard import Node
+from rlrun.commands.submit import parse_env
+from rlrun.dashboard import Node, check_totals
 from rlrun.errors import RlrunError
 from rlrun.jobs import build_runtime_env, upload_size
-from rlrun.nodecheck import check_totals
 
 
 def _tree(root):
@@ -51,11 +50,11 @@ def test_missing_working_dir_is_named(tmp_path):
 @pytest.mark.parametrize("bad", ["NOVALUE", "=x"])
 def test_env_pairs_need_name_and_value(bad):
     with pytest.raises(RlrunError, match="expected NAME=VALUE"):
-        _parse_env([bad])
+        parse_env([bad])
 
 
 def test_env_pairs_keep_equals_in_values():
-    assert _parse_env(["A=b=c"]) == {"A": "b=c"}
+    assert parse_env(["A=b=c"]) == {"A": "b=c"}
 
 
 def _node(ip, cpus, gpus, state="ALIVE"):

@@ -7,7 +7,8 @@ GET  /health_check -> {"status": "ok", "n_docs": N, "kind": "bm25", ...}   (no a
 
 Errors answer ``{"error": "..."}``: 401 without a bearer token, 403 with a wrong one, 400 for
 a body that is not the contract (the message names the field and what was expected), 413
-past --max-body-bytes, 404/405 for other paths and methods.
+past --max-body-bytes, 404/405 for other paths and methods (the token check and the error answers:
+``trainer.services.app``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from flask import Flask, Response, jsonify
 
-from trainer import services
 from trainer.retrieval.index import Index
-from trainer.reward.server.ratelog import AUTH_LOG_PER_MINUTE, RateLimitedLog
+from trainer.services.app import create_service_app, json_error, read_body
 
 __all__ = ["Limits", "RequestError", "create_app", "parse_request"]
 
@@ -92,8 +91,6 @@ def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
     return queries, topk, return_scores
 
 
-_error = services.json_error
-
 
 def render_result(index: Index, hits: list[list[tuple[int, float]]], return_scores: bool) -> bytes:
     """The response body, the stored passage JSON spliced in (no decode / re-encode per passage)."""
@@ -115,61 +112,23 @@ def render_result(index: Index, hits: list[list[tuple[int, float]]], return_scor
 
 def create_app(index: Index, token: str | None, limits: Limits) -> Flask:
     """The retrieval app over a loaded ``index``; ``token`` None serves without authentication."""
-    expected = token.encode("utf-8") if token else None
-    app = Flask("trainer.retrieval")
-    app.config["MAX_CONTENT_LENGTH"] = limits.max_body_bytes
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app = create_service_app("trainer.retrieval", token=token, realm="rlrun-retriever", routes=_ROUTES,
+                             max_body_bytes=limits.max_body_bytes, log=log)
     app.extensions[EXTENSION] = index
-    # Refusals are logged with the peer's address, rate-limited (a flood of bad tokens cannot fill the log).
-    auth_log = RateLimitedLog(log.warning, per_minute=AUTH_LOG_PER_MINUTE)
-
-    @app.before_request
-    def authenticate() -> Response | None:
-        if expected is None or request.endpoint == "health_check":
-            return None
-        refusal = services.bearer_refusal(request.headers.get("Authorization"), expected)
-        if refusal is None:
-            return None
-        status, why, message = refusal
-        auth_log("refused %s %s from %s: HTTP %d (%s)", request.method, request.path[:100], request.remote_addr,
-                 status, why)
-        challenge = {"WWW-Authenticate": 'Bearer realm="rlrun-retriever"'}
-        return _error(status, message, challenge if status == 401 else None)
 
     @app.get("/health_check")
     def health_check() -> Response:
-        return jsonify({"status": "ok", "n_docs": index.n_docs, "kind": index.kind, "auth": expected is not None,
+        return jsonify({"status": "ok", "n_docs": index.n_docs, "kind": index.kind, "auth": bool(token),
                         "max_queries": limits.max_queries, "max_topk": limits.max_topk, "max_chars": limits.max_chars,
                         "pid": os.getpid()})  # fmt: skip
 
     @app.post("/retrieve")
     def retrieve() -> Response:
-        data = request.get_data(cache=False)
-        if len(data) >= limits.max_body_bytes and request.stream.read(1):
-            raise RequestEntityTooLarge()
         try:
-            queries, topk, return_scores = parse_request(data, limits)
+            queries, topk, return_scores = parse_request(read_body(limits.max_body_bytes), limits)
         except RequestError as exc:
-            return _error(exc.status, exc.message)
+            return json_error(exc.status, exc.message)
         hits = index.search(queries, topk)
         return Response(render_result(index, hits, return_scores), mimetype="application/json")
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        code = exc.code or 500
-        if code == 404:
-            message = f"no such endpoint {request.path!r}; expected one of: {_ROUTES}"
-        elif code == 405:
-            message = f"method {request.method} is not allowed on {request.path!r}; expected one of: {_ROUTES}"
-        elif code == 413:
-            message = f"request body is larger than {limits.max_body_bytes} bytes (--max-body-bytes)"
-        else:
-            message = f"{exc.name}: {exc.description}"
-        return _error(code, message)
-
-    @app.errorhandler(Exception)
-    def internal_error(exc: Exception) -> Response:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return _error(500, "internal error")
 
     return app

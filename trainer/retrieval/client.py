@@ -8,22 +8,19 @@ A batch is split into chunks of at most the service's ``max_queries`` (read once
 ``<search></search>``) gets no passages without a request; a query longer than the service's
 ``max_chars`` is cut to it (the service would refuse the whole batch). Connection errors, timeouts and 5xx
 answers are retried with exponential backoff (a restarting service is waited for); 4xx
-answers are not (retrying cannot fix a bad token or request) and raise :class:`RetrievalError`
-with the service's message. Token: the argument, else ``$RLRUN_RETRIEVER_TOKEN``, else the
+answers and TLS failures are not (retrying cannot fix a bad token, request or certificate) and raise
+:class:`RetrievalError` with the service's message (the requests: ``trainer.services.client``). Token: the argument, else ``$RLRUN_RETRIEVER_TOKEN``, else the
 file named by ``$RLRUN_RETRIEVER_TOKEN_FILE``.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import requests
-
-from trainer import services
+from trainer.services import token as service_token
+from trainer.services.client import ServiceClient, ServiceError, health_url
 
 __all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "RetrievalClient", "RetrievalError", "token_from_env"]
 
@@ -33,57 +30,39 @@ DEFAULT_MAX_QUERIES = 512
 MAX_PARALLEL = 4
 
 
-class RetrievalError(RuntimeError):
+class RetrievalError(ServiceError):
     """A retrieval request failed for good: the message names the URL and the cause."""
 
 
 def token_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """$RLRUN_RETRIEVER_TOKEN, else the content of the file $RLRUN_RETRIEVER_TOKEN_FILE, else None."""
-    return services.token_from_env("retriever", TOKEN_ENV, TOKEN_FILE_ENV, RetrievalError, environ)
+    return service_token.token_from_env("retriever", TOKEN_ENV, TOKEN_FILE_ENV, RetrievalError, environ)
 
 
-class RetrievalClient:
+class RetrievalClient(ServiceClient):
     """Batched, retrying client of one retrieval service's ``POST /retrieve``."""
 
+    what = "retrieval service"
+    error = RetrievalError
+    hints = {401: f" (no token sent: set {TOKEN_ENV} or {TOKEN_FILE_ENV})", 403: " (the token is not the service's)"}
+
     def __init__(self, url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3,
-                 backoff: float = 0.5):  # fmt: skip
+                 backoff: float = 0.5, ca_file: str | None = None):  # fmt: skip
+        """``token``: default $RLRUN_RETRIEVER_TOKEN, else the file $RLRUN_RETRIEVER_TOKEN_FILE; ``ca_file``: the
+        CA an https service's certificate must chain to (default: the system's CAs)."""
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"retriever URL {url!r} must start with http:// or https://")
         if "{" in url:
             raise ValueError(f"retriever URL {url!r} still holds a placeholder; substitute it first")
-        if timeout <= 0 or retries < 0 or backoff < 0:
-            raise ValueError(f"timeout must be > 0 and retries, backoff >= 0; got {timeout}, {retries}, {backoff}")
+        super().__init__(token=token if token is not None else token_from_env(), timeout=timeout, retries=retries,
+                         backoff=backoff, ca_file=ca_file)
         self.url = url
-        self.health_url = url.rsplit("/", 1)[0] + "/health_check"
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.headers = {"Content-Type": "application/json"}
-        token = token if token is not None else token_from_env()
-        if token:
-            self.headers["Authorization"] = f"Bearer {token}"
-        self._local = threading.local()
+        self.health_url = health_url(url)
         self._limits: dict[str, int] | None = None
-
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-        return session
 
     def health(self) -> dict[str, Any]:
         """The service's /health_check answer (RetrievalError when it is unreachable or not ok)."""
-        try:
-            resp = self._session().get(self.health_url, timeout=min(self.timeout, 10.0))
-        except requests.RequestException as exc:
-            raise RetrievalError(f"retrieval service {self.health_url} is unreachable: {_why(exc)}") from None
-        if resp.status_code != 200:
-            raise RetrievalError(f"retrieval service {self.health_url} answered HTTP {resp.status_code}: "
-                                 f"{_error_text(resp)}")  # fmt: skip
-        try:
-            body = resp.json()
-        except ValueError:
-            raise RetrievalError(f"retrieval service {self.health_url} answered non-JSON: {resp.text[:200]!r}") from None
+        body = self.answer(self.health_url, self.get_health(self.url))
         return body if isinstance(body, dict) else {}
 
     def _limit(self, name: str, default: int) -> int:
@@ -135,33 +114,11 @@ class RetrievalClient:
         return [[hit["document"]["contents"] for hit in row] for row in self.search(queries, topk)]
 
     def _post(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
-        body = {"queries": queries, "topk": topk, "return_scores": True}
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                resp = self._session().post(self.url, json=body, headers=self.headers, timeout=self.timeout)
-            except requests.RequestException as exc:
-                last = _why(exc)
-                continue
-            if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {_error_text(resp)}"
-                continue
-            if resp.status_code != 200:
-                hint = {401: f" (no token sent: set {TOKEN_ENV} or {TOKEN_FILE_ENV})",
-                        403: " (the token is not the service's)"}.get(resp.status_code, "")  # fmt: skip
-                raise RetrievalError(f"retrieval service {self.url} refused the request: HTTP {resp.status_code}: "
-                                     f"{_error_text(resp)}{hint}")  # fmt: skip
-            return _checked(self.url, resp, len(queries))
-        raise RetrievalError(f"retrieval service {self.url} failed after {self.retries + 1} attempts: {last}")
+        resp = self.post(self.url, {"queries": queries, "topk": topk, "return_scores": True})
+        return _checked(self.url, self.answer(self.url, resp), len(queries))
 
 
-def _checked(url: str, resp: requests.Response, n: int) -> list[list[dict[str, Any]]]:
-    try:
-        answer = resp.json()
-    except ValueError:
-        raise RetrievalError(f"retrieval service {url} answered something that is not JSON: {resp.text[:200]!r}") from None
+def _checked(url: str, answer: Any, n: int) -> list[list[dict[str, Any]]]:
     result = answer.get("result") if isinstance(answer, dict) else None
     if not isinstance(result, list) or len(result) != n:
         got = f"{len(result)} lists" if isinstance(result, list) else type(result).__name__
@@ -174,6 +131,3 @@ def _checked(url: str, resp: requests.Response, n: int) -> list[list[dict[str, A
             raise RetrievalError(f"retrieval service {url} answered a malformed result row: {str(row)[:200]}")
     return result
 
-
-_error_text = services.error_text
-_why = services.request_failure

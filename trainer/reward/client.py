@@ -9,7 +9,6 @@ retrying cannot fix them. Every failure names the URL and the cause.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,14 +16,15 @@ from typing import Any
 
 import requests
 
-from trainer import services
+from trainer.services import token as service_token
+from trainer.services.client import ServiceClient, ServiceError
 
 TOKEN_ENV = "RLRUN_REWARD_TOKEN"
 TOKEN_FILE_ENV = "RLRUN_REWARD_TOKEN_FILE"
 CA_FILE_ENV = "RLRUN_REWARD_CA_FILE"
 
 
-class RewardServiceError(RuntimeError):
+class RewardServiceError(ServiceError):
     """A reward request failed for good: the message names the URL and the cause."""
 
 
@@ -44,7 +44,7 @@ def token_from_env(environ: dict[str, str] | None = None) -> str | None:
     Never the cluster token: a reward request must not carry a token that runs code on
     the nodes. None when neither is set.
     """
-    return services.token_from_env("reward", TOKEN_ENV, TOKEN_FILE_ENV, RewardServiceError, environ)
+    return service_token.token_from_env("reward", TOKEN_ENV, TOKEN_FILE_ENV, RewardServiceError, environ)
 
 
 def ca_from_env(environ: dict[str, str] | None = None) -> str | None:
@@ -57,12 +57,14 @@ def ca_from_env(environ: dict[str, str] | None = None) -> str | None:
     return path or None
 
 
-def _health_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/health_check"
-
-
-class RemoteRewardClient:
+class RemoteRewardClient(ServiceClient):
     """Scores batches on one or more reward services."""
+
+    what = "reward service"
+    error = RewardServiceError
+    hints = {401: f" (no token sent: set {TOKEN_ENV}, or {TOKEN_FILE_ENV} as rlrun nodes do)",
+             403: " (the token is not the reward service's: its own, not the cluster token)"}
+    ca_env = CA_FILE_ENV
 
     def __init__(self, urls: Sequence[str], token: str | None = None, timeout: float = 30.0, retries: int = 3,
                  backoff: float = 0.5, ca_file: str | None = None):
@@ -73,27 +75,14 @@ class RemoteRewardClient:
         for url in urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"reward URL {url!r} must start with http:// or https://")
+        super().__init__(token=token, timeout=timeout, retries=retries, backoff=backoff,
+                         ca_file=ca_file or ca_from_env())
         self.urls = list(urls)
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self.session = requests.Session()
-        # Passed with every request: requests lets $REQUESTS_CA_BUNDLE override a session's verify.
-        self.verify: str | bool = ca_file or ca_from_env() or True
-        self.headers = {"Content-Type": "application/json"}
-        if token:
-            self.headers["Authorization"] = f"Bearer {token}"
 
     def health_check(self) -> None:
         """Fail at start-up, not an hour in: every URL must answer /health_check."""
         for url in self.urls:
-            health = _health_url(url)
-            try:
-                resp = self.session.get(health, timeout=min(self.timeout, 10.0), verify=self.verify)
-            except requests.RequestException as exc:
-                raise RewardServiceError(f"reward service {health} is unreachable: {_why(exc)}") from None
-            if resp.status_code != 200:
-                raise RewardServiceError(f"reward service {health} answered HTTP {resp.status_code}: {resp.text[:200]}")
+            self.get_health(url)
 
     def score(self, queries: Sequence[str], prompts: Sequence[str] | None = None,
               labels: Sequence[Any] | None = None) -> RewardBatch:
@@ -113,8 +102,11 @@ class RemoteRewardClient:
             if labels is not None:
                 body["labels"] = list(labels[lo:hi])
             jobs.append((url, body, hi - lo))
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            answers = list(pool.map(lambda job: self._post(job[0], job[1], job[2]), jobs))
+        if len(jobs) == 1:  # in this thread: its session (and kept-alive connection) serves the next batch too
+            answers = [self._post(*jobs[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                answers = list(pool.map(lambda job: self._post(job[0], job[1], job[2]), jobs))
         rewards: list[float] = []
         logs: dict[str, float] = {}
         for (_, _, size), answer in zip(jobs, answers, strict=True):
@@ -125,28 +117,19 @@ class RemoteRewardClient:
         return RewardBatch(rewards, logs)
 
     def _post(self, url: str, body: dict[str, Any], size: int) -> dict[str, Any]:
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                resp = self.session.post(url, json=body, headers=self.headers, timeout=self.timeout, verify=self.verify)
-            except requests.exceptions.SSLError as exc:  # retrying cannot fix a certificate
-                raise RewardServiceError(f"reward service {url}: {_why(exc)}") from None
-            except requests.RequestException as exc:
-                last = _why(exc)
-                continue
-            if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {_error_text(resp)}"
-                continue
-            if resp.status_code != 200:
-                hint = {401: " (no token sent: set RLRUN_REWARD_TOKEN, or RLRUN_REWARD_TOKEN_FILE as rlrun nodes do)",
-                        403: " (the token is not the reward service's: its own, not the cluster token)"
-                        }.get(resp.status_code, "")
-                raise RewardServiceError(f"reward service {url} refused the request: HTTP {resp.status_code}: "
-                                         f"{_error_text(resp)}{hint}")
-            return _checked(url, resp, size)
-        raise RewardServiceError(f"reward service {url} failed after {self.retries + 1} attempts: {last}")
+        return self._checked(url, self.post(url, body), size)
+
+    def _checked(self, url: str, resp: requests.Response, size: int) -> dict[str, Any]:
+        answer = self.answer(url, resp)
+        rewards = answer.get("rewards") if isinstance(answer, dict) else None
+        if not isinstance(rewards, list) or len(rewards) != size:
+            got = f"{len(rewards)} rewards" if isinstance(rewards, list) else f"{type(rewards).__name__}"
+            raise RewardServiceError(f"reward service {url} answered {got} for {size} queries; expected a list of "
+                                     f"{size}")
+        if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rewards):
+            raise RewardServiceError(f"reward service {url} answered non-numeric rewards: {rewards[:5]!r}")
+        answer["rewards"] = [float(r) for r in rewards]
+        return answer
 
 
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
@@ -159,28 +142,3 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
         chunks.append((lo, hi))
         lo = hi
     return chunks
-
-
-def _checked(url: str, resp: requests.Response, size: int) -> dict[str, Any]:
-    try:
-        answer = resp.json()
-    except ValueError:
-        raise RewardServiceError(f"reward service {url} answered something that is not JSON: {resp.text[:200]!r}") from None
-    rewards = answer.get("rewards") if isinstance(answer, dict) else None
-    if not isinstance(rewards, list) or len(rewards) != size:
-        got = f"{len(rewards)} rewards" if isinstance(rewards, list) else f"{type(rewards).__name__}"
-        raise RewardServiceError(f"reward service {url} answered {got} for {size} queries; expected a list of {size}")
-    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rewards):
-        raise RewardServiceError(f"reward service {url} answered non-numeric rewards: {rewards[:5]!r}")
-    answer["rewards"] = [float(r) for r in rewards]
-    return answer
-
-
-_error_text = services.error_text
-
-
-def _why(exc: requests.RequestException) -> str:
-    if isinstance(exc, requests.exceptions.SSLError):
-        return (f"TLS failed ({str(exc)[-160:]}); an https reward service must present a certificate from the CA "
-                f"in ${CA_FILE_ENV}")
-    return services.request_failure(exc)

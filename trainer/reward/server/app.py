@@ -4,8 +4,9 @@ POST /get_reward  {"query": [prompt+response, ...], "prompts": [...], "labels": 
               ->  {"rewards": [float], "scores": [float], "extra_logs": {...}}
 GET  /health_check -> {"status": "ok", ...}   (no authentication)
 
-Everything else, errors included, answers JSON. Create one app per process
-(gunicorn worker): it owns a VerifyPool of worker processes.
+Everything else, errors included, answers JSON (the token check and the error answers:
+``trainer.services.app``). Create one app per process (gunicorn worker): it owns a VerifyPool of
+worker processes.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ import time
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from trainer import services
 from trainer.reward.extract import FALLBACK_STRATEGIES
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, label_to_str
 from trainer.reward.pool import VerifyPool
 from trainer.reward.server.config import ServerConfig
 from trainer.reward.server.dataset import DatasetIndex, load_dataset
-from trainer.reward.server.ratelog import AUTH_LOG_PER_MINUTE, RateLimitedLog
 from trainer.reward.server.validation import Limits, RequestError, RewardRequest, parse_reward_request
+from trainer.services.app import create_service_app, json_error, read_body
 
 __all__ = ["create_app"]
 
@@ -49,47 +48,11 @@ _COUNTED_REASONS = (
 class _State:
     """Per-app objects, in app.extensions[EXTENSION]."""
 
-    def __init__(
-        self, config: ServerConfig, token: str | None, dataset: DatasetIndex | None, pool: VerifyPool
-    ):
+    def __init__(self, config: ServerConfig, dataset: DatasetIndex | None, pool: VerifyPool):
         self.config = config
-        self.token = token.encode("utf-8") if token else None
         self.dataset = dataset
         self.pool = pool
         self.limits = Limits(max_items=config.max_items, max_chars=config.max_chars)
-        self.auth_log = RateLimitedLog(log.warning, per_minute=AUTH_LOG_PER_MINUTE)
-
-
-_error = services.json_error
-
-
-def _check_auth(state: _State) -> Response | None:
-    """401 without a bearer token, 403 with a wrong one, None when allowed.
-
-    Every refusal is logged with the peer's address (at most AUTH_LOG_PER_MINUTE lines a
-    minute, then a count); the header's value never is.
-    """
-    challenge = {"WWW-Authenticate": 'Bearer realm="rlrun-reward"'}
-    assert state.token is not None
-    refusal = services.bearer_refusal(request.headers.get("Authorization"), state.token)
-    if refusal is None:
-        return None
-    status, why, message = refusal
-    state.auth_log(
-        "refused %s %s from %s: HTTP %d (%s)", request.method, request.path[:100], request.remote_addr, status, why
-    )
-    return _error(status, message, challenge if status == 401 else None)
-
-
-def _read_body(limit: int) -> bytes:
-    """The request body; 413 past ``limit`` bytes, also for chunked bodies without Content-Length.
-
-    (Werkzeug stops a chunked body at the limit without complaint; one more read tells.)
-    """
-    data = request.get_data(cache=False)
-    if len(data) >= limit and request.stream.read(1):
-        raise RequestEntityTooLarge()
-    return data
 
 
 def _split_response(query: str, prompt: str | None) -> tuple[str, bool]:
@@ -170,19 +133,10 @@ def create_app(
             memory_limit_mb=config.memory_limit_mb,
             cache_size=config.cache_size,
         )
-    state = _State(config, token, dataset, pool)
-
-    app = Flask("trainer.reward.server")
-    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    app.config["PROPAGATE_EXCEPTIONS"] = False
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    state = _State(config, dataset, pool)
+    app = create_service_app("trainer.reward.server", token=token, realm="rlrun-reward", routes=_ROUTES,
+                             max_body_bytes=config.max_body_bytes, log=log)
     app.extensions[EXTENSION] = state
-
-    @app.before_request
-    def authenticate() -> Response | None:
-        if state.token is None or request.endpoint == "health_check":
-            return None
-        return _check_auth(state)
 
     @app.get("/health_check")
     def health_check() -> Response:
@@ -191,7 +145,7 @@ def create_app(
             {
                 "status": "ok",
                 "pid": os.getpid(),
-                "auth": state.token is not None,
+                "auth": bool(token),
                 "dataset_items": len(state.dataset) if state.dataset is not None else 0,
                 "pool": state.pool.info(),
             }
@@ -203,13 +157,13 @@ def create_app(
         started = time.perf_counter()
         try:
             req = parse_reward_request(
-                _read_body(config.max_body_bytes),
+                read_body(config.max_body_bytes),
                 request.headers.get("Content-Type"),
                 state.limits,
                 have_dataset=state.dataset is not None,
             )
         except RequestError as exc:
-            return _error(exc.status, exc.message)
+            return json_error(exc.status, exc.message)
         prompts = req.prompts or [None] * len(req.queries)
         split = [_split_response(q, p) for q, p in zip(req.queries, prompts, strict=True)]
         labels, from_dataset = _labels_for(req, state.dataset)
@@ -223,28 +177,5 @@ def create_app(
             body["extra_logs"]["latency_s"],
         )
         return jsonify(body)
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        code = exc.code or 500
-        if code == 404:
-            message = f"no such endpoint {request.path!r}; expected one of: {_ROUTES}"
-        elif code == 405:
-            message = (
-                f"method {request.method} is not allowed on {request.path!r}; expected one of: {_ROUTES}"
-            )
-        elif code == 413:
-            message = f"request body is larger than {config.max_body_bytes} bytes (--max-body-bytes)"
-        else:
-            message = f"{exc.name}: {exc.description}"
-        response = _error(code, message)
-        if code == 405 and exc.get_response().headers.get("Allow"):
-            response.headers["Allow"] = exc.get_response().headers["Allow"]
-        return response
-
-    @app.errorhandler(Exception)
-    def internal_error(exc: Exception) -> Response:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return _error(500, "internal error")
 
     return app

@@ -1,20 +1,17 @@
-"""Reward server configuration and bearer-token loading."""
+"""Reward server configuration: what create_app() needs, and where its bearer token comes from."""
 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 
 from trainer.reward.extract import DEFAULT_STRATEGIES
+from trainer.services.cli import ConfigError
+from trainer.services.token import load_token_file
 
 __all__ = ["TOKEN_ENV", "ConfigError", "ServerConfig", "load_token_file"]
 
 TOKEN_ENV = "RLRUN_REWARD_TOKEN"
-
-
-class ConfigError(ValueError):
-    """The server cannot start with this configuration; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -81,30 +78,3 @@ class ServerConfig:
             f"or set {TOKEN_ENV}, or pass --no-auth explicitly to run without authentication"
         )
 
-
-def load_token_file(path: str) -> str:
-    """Read a bearer token from ``path`` (content stripped), refusing group/world-accessible files."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"--token-file {path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot stat: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"--token-file {path}: not a regular file")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        raise ConfigError(
-            f"--token-file {path} is accessible by group/others (mode {mode:04o}); "
-            f"expected mode 0600 or 0400: run chmod 600 {path}"
-        )
-    try:
-        with open(path, encoding="utf-8") as fh:
-            token = fh.read().strip()
-    except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--token-file {path}: not UTF-8 text") from None
-    if not token:
-        raise ConfigError(f"--token-file {path} is empty; expected the bearer token on one line")
-    return token

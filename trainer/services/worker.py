@@ -40,7 +40,7 @@ from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import ThreadWorker
 
-from trainer.reward.server.ratelog import RateLimitedLog
+from trainer.services.ratelog import RateLimitedLog
 
 __all__ = ["Limits", "ReadFirstWorker"]
 

@@ -9,9 +9,6 @@ from collections.abc import Callable
 __all__ = ["RateLimitedLog"]
 
 
-# Failed authentications logged per minute by a service (then a count): the reward and retrieval services.
-AUTH_LOG_PER_MINUTE = 20
-
 class RateLimitedLog:
     """Call ``emit(message, *args)`` at most ``per_minute`` times per minute.
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import click
 
+from rlrun import presets
+from rlrun.commands.context import Amount
+from rlrun.commands.output import emit_json, json_option
 from rlrun.errors import RlrunError
+from rlrun.slurm import control, ports
+from rlrun.slurm.script import JobOptions, default_job_root
+from rlrun.slurm.script import render as render_script
+from rlrun.slurm.spec import evaluate
 
 
 def _job_options(f):
@@ -71,12 +78,6 @@ def _refuse_retriever(preset, sets) -> None:
 def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus_per_node, mem, partition, account,
             time, job_name, sbatch_args, job_root, node_tmp, address_from, reward_node, port_window, port_block,
             deny_ports, wait_timeout, working_dir, command):
-    from importlib.metadata import version
-
-    from rlrun.slurm import ports as P
-    from rlrun.slurm.script import JobOptions, default_job_root, render
-    from rlrun.slurm.spec import evaluate
-
     if preset_name and command:
         raise RlrunError(f"give either --preset or a command after `--`, not both (got --preset {preset_name} and "
                          f"{' '.join(command)!r})")
@@ -84,10 +85,8 @@ def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus
         raise RlrunError("--set needs --preset NAME")
     submit_args: list[str] = []
     if preset_name:
-        from rlrun import presets as Pr
-
-        preset = Pr.load_preset(preset_name, Pr.preset_dirs())  # an unknown preset fails here, not on the allocation
-        sets = Pr.parse_sets(set_pairs)
+        preset = presets.load_preset(preset_name, presets.preset_dirs())  # unknown: fails here, not on the allocation
+        sets = presets.parse_sets(set_pairs)
         _refuse_retriever(preset, sets)
         submit_args = ["--preset", preset_name, *[a for s in set_pairs for a in ("--set", s)]]
     elif command:
@@ -103,11 +102,12 @@ def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus
         nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node, mem=mem, partition=partition,
         account=account, time=time, job_name=job_name, sbatch_args=list(sbatch_args), job_root=job_root,
         node_tmp=node_tmp, address_from=address_from, reward_node=reward_index,
-        port_window=port_window or f"{P.DEFAULT_WINDOW[0]}-{P.DEFAULT_WINDOW[1]}",
-        port_block=port_block or P.DEFAULT_BLOCK, deny_ports=P.DEFAULT_DENY_TEXT if deny_ports is None else deny_ports,
+        port_window=port_window or f"{ports.DEFAULT_WINDOW[0]}-{ports.DEFAULT_WINDOW[1]}",
+        port_block=port_block or ports.DEFAULT_BLOCK,
+        deny_ports=ports.DEFAULT_DENY_TEXT if deny_ports is None else deny_ports,
         wait_timeout=wait_timeout, cluster_dir=cluster_dir, workdir=(working_dir or Path.cwd()).resolve(),
         submit_args=submit_args)
-    text = render(spec, opts, version=version("rlrun"))
+    text = render_script(spec, opts, version=version("rlrun"))
     root = (job_root or default_job_root(spec.cluster_name)).expanduser().resolve()
     return spec, opts, root, text
 
@@ -115,9 +115,6 @@ def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus
 def _root(obj, job_root: Path | None) -> Path:
     if job_root:
         return job_root.expanduser().resolve()
-    from rlrun.slurm.script import default_job_root
-    from rlrun.slurm.spec import evaluate
-
     return default_job_root(evaluate(obj.inventory, obj.vault_password_file).cluster_name).resolve()
 
 
@@ -150,8 +147,6 @@ def render(obj, output, command, **kw):
 @click.pass_obj
 def submit(obj, follow, command, **kw):
     """Render the script, sbatch it, and follow the job (batch: its Ray job's result is the exit status)."""
-    from rlrun.slurm import control
-
     spec, opts, root, text = _render(obj, command=list(command), **kw)
     script = control.write_script(root, text, opts.job_name or f"rlrun-{spec.cluster_name}")
     job_id = control.sbatch(script)
@@ -182,17 +177,15 @@ def submit(obj, follow, command, **kw):
 @slurm.command()
 @click.argument("job_id", required=False)
 @click.option("--job-root", type=click.Path(file_okay=False, path_type=Path), help="As given to submit.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @click.pass_obj
 def status(obj, job_id, job_root, as_json):
     """One job's state and record (head, dashboard, ports, inventory), or every job of the job root."""
-    from rlrun.slurm import control
-
     root = _root(obj, job_root)
     ids = [control.check_job_id(job_id)] if job_id else control.known_jobs(root)
     rows = [control.status(root, i) for i in ids]
     if as_json:
-        click.echo(json.dumps(rows if not job_id else rows[0]))
+        emit_json(rows if not job_id else rows[0])
         return
     if not rows:
         click.echo(f"no jobs under {root}")
@@ -210,8 +203,6 @@ def status(obj, job_id, job_root, as_json):
 @click.pass_obj
 def logs(obj, job_id, job_root, follow):
     """The job's output (batch step and every node's step)."""
-    from rlrun.slurm import control
-
     root = _root(obj, job_root)
     job_id = control.check_job_id(job_id)
     if follow:
@@ -227,13 +218,12 @@ def logs(obj, job_id, job_root, follow):
 @slurm.command()
 @click.argument("job_id")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until Slurm shows the job ended.")
-@click.option("--timeout", type=float, default=120, show_default=True, help="Seconds --wait waits.")
+@click.option("--timeout", type=Amount("a time in seconds"), default=120, show_default=True,
+              help="Seconds --wait waits.")
 @click.pass_obj
 def cancel(obj, job_id, wait, timeout):
     """scancel the job: every step ends its own processes by PID and removes its temp dirs (never Ray's
     host-wide stop command, which would end other jobs' Ray on shared nodes)."""
-    from rlrun.slurm import control
-
     job_id = control.check_job_id(job_id)
     control.cancel(job_id)
     if wait:
