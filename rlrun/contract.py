@@ -111,6 +111,7 @@ def role_specs() -> dict[str, dict[str, Any]]:
 
 def trusted(value: Any) -> Any:
     """`value` with every string trusted as a template, as Ansible trusts the roles' own files in a play."""
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible.template import trust_as_template
 
     if isinstance(value, str):
@@ -125,6 +126,7 @@ def trusted(value: Any) -> Any:
 # --- vault ----------------------------------------------------------------------------------------------
 def open_vault(loader, password_file: str) -> None:
     """Give `loader` the vault secrets of `password_file` (kept when this process already has them)."""
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible.cli import CLI
     from ansible.errors import AnsibleError
 
@@ -141,6 +143,7 @@ def open_vault(loader, password_file: str) -> None:
 def vault_context_active() -> bool:
     """Inside ansible-playbook (the validate play), the play's vault secrets are already set."""
     try:
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.parsing.vault import VaultSecretsContext
 
         context = VaultSecretsContext.current(optional=True)
@@ -156,6 +159,7 @@ class Contract:
 
     def __init__(self, path: Path, loader, inventory, roles: tuple[str, ...] = ("cluster",),
                  vault_open: bool = False):
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.vars.hostvars import HostVars
         from ansible.vars.manager import VariableManager
 
@@ -213,12 +217,14 @@ class Contract:
         return {**self.defaults, **self.own(host), "hostvars": self.hostvars, **self.derived, **(extra or {})}
 
     def templar(self, host: str, extra: dict | None = None):
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.template import Templar
 
         return Templar(loader=self.loader, variables=self.variables(host, extra))
 
     def get(self, host: str, var: str, extra: dict | None = None) -> Any:
         """`var` on `host`, templated (AnsibleError when it cannot be; KeyError when nothing defines it)."""
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.template import Templar
 
         variables = self.variables(host, extra)
@@ -230,6 +236,7 @@ class Contract:
 
     def render(self, host: str, template: str, extra: dict | None = None) -> str:
         """roles/<template> rendered for `host` as ansible.builtin.template does (trim_blocks, "\\n" lines)."""
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.template import trust_as_template
 
         text = (roles_dir() / template).read_text(encoding="utf-8")
@@ -257,11 +264,12 @@ def open_contract(path: str | os.PathLike, vault_password_file: str | None = Non
                                                      for p in path.iterdir()):
         raise RlrunError(empty_inventory_message(path))
     ansible_dir()  # the roles are needed below: say where they are missing before Ansible's own errors
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible import constants as C
     from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
-    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+    from ansible.parsing.dataloader import DataLoader  # Ansible: heavy
+    from ansible.plugins.loader import init_plugin_loader  # Ansible: heavy
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder  # Ansible: heavy
 
     if not any(isinstance(f, _AnsibleCollectionFinder) for f in sys.meta_path):
         init_plugin_loader()  # what ansible-playbook does first: lookups such as ansible.builtin.env resolve

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlrun.contract import ANSIBLE_DIR, open_contract
-from rlrun.errors import RlrunError
+from rlrun.errors import RlrunError, is_vault_error, vault_message
 
 # The project's Ansible tree (rlrun/contract.py finds it: a checkout, or the copy a wheel ships); provision.py
 # runs its playbooks from there.
@@ -144,7 +144,6 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
             cluster.expected_gpus = float(get("cluster__expected_gpus"))
         return cluster
     except AnsibleError as exc:
-        from rlrun.errors import is_vault_error, vault_message
 
         if is_vault_error(exc):
             raise RlrunError(f"inventory {inv_path}: {vault_message(vault_password_file)}") from None

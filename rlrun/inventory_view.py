@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from rlrun.contract import GROUPS_EXPECTED, Contract, YamlLoader, open_contract, role_names
+from rlrun.errors import RlrunError, is_vault_error
 
 UNKNOWN = object()  # a value that needs facts (or something else that only exists on a host)
 # Variables that exist only while a play runs: a value built from one is not known offline.
@@ -39,6 +40,7 @@ class _BlockedLookup(Exception):
 @contextlib.contextmanager
 def offline_lookups():
     """Within: lookups with side effects fail (as _BlockedLookup) instead of running."""
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible.plugins.loader import lookup_loader
 
     original = lookup_loader.get
@@ -243,6 +245,7 @@ class InventoryView:
     def where(self, host: str, var: str) -> tuple[str, int | None]:
         """(file, line) of the definition of `var` that applies to `host`."""
         try:
+            # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
             from ansible._internal._datatag._tags import Origin
 
             origin = Origin.get_tag(self.raw(host).get(var))
@@ -268,6 +271,7 @@ class InventoryView:
         """(value, None) as a play on `host` would see it (with `extra` on top), (UNKNOWN, why) when it needs
         facts, or (None, error) when it cannot be templated (an undefined variable, a vaulted value without
         password, a template error)."""
+        # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
         from ansible.errors import AnsibleError, AnsibleUndefinedVariable
         from ansible.template import Templar
 
@@ -288,7 +292,6 @@ class InventoryView:
                 return UNKNOWN, f"needs {', '.join(missing)} (known only on the host or in a play)"
             return None, f"refers to {', '.join(repr(m) for m in missing) or 'an undefined variable'}, which is not defined"
         except AnsibleError as exc:
-            from rlrun.errors import is_vault_error
 
             if _blocked(exc):
                 return UNKNOWN, f"uses the {_blocked(exc)} lookup, which a validation does not run"
@@ -304,9 +307,9 @@ class InventoryView:
 def read(path: str | os.PathLike, vault_password_file: str | None = None) -> InventoryView:
     """Read `path` (an inventory directory or file) offline. An empty inventory reads as one without groups
     (the checks say what it lacks); a missing one is an RlrunError."""
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible.errors import AnsibleError
 
-    from rlrun.errors import RlrunError
 
     path = Path(path)
     if not path.exists():

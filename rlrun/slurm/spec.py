@@ -28,9 +28,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.checks import Roles, check_host
 from rlrun.contract import open_contract
 from rlrun.errors import RlrunError
-from rlrun.slurm.ports import OFFSETS
+from rlrun.inventory_view import InventoryView
+from rlrun.slurm.ports import OFFSETS, block_for_job
 
 PLACEHOLDER_RE = re.compile(r"@@rlrun:([A-Z][A-Z0-9_]*)@@")
 
@@ -107,6 +109,7 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
     CPUs default to what Slurm gives the job on each node. spill_dir replaces the per-job default
     (<state dir>/spill) with a path on the nodes that may use ${NODE} etc.
     """
+    # Ansible is heavy (~0.5 s): imported only where an inventory or template is read
     from ansible.errors import AnsibleError
 
     try:
@@ -190,8 +193,6 @@ def _check_contract(contract, host: str, job: dict, inventory: Path) -> None:
     the job's values with a sample of the allocation's: job 0's port block, an address, short paths. A node of
     the job as the worker it is on most nodes; it runs the reward service where the inventory's head does, and
     no retrieval service."""
-    from rlrun.checks import Roles, check_host
-    from rlrun.inventory_view import InventoryView
 
     sample = {**SAMPLE, **{name: str(port) for name, port in zip(PORT_VARS.values(), _sample_ports(), strict=True)}}
     values = {k: _substituted(v, sample) for k, v in job.items()}
@@ -215,7 +216,6 @@ def _substituted(value, sample: dict[str, str]):
 
 def _sample_ports() -> list[int]:
     """Ports of job 0's block, in the order of PORT_VARS."""
-    from rlrun.slurm.ports import block_for_job
 
     block = block_for_job(0).ports()
     return [block[name] for name in PORT_VARS.values()]

@@ -195,7 +195,12 @@ def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_mo
 def test_an_engine_started_beside_loading_models_sizes_its_kv_cache_from_its_share(tmp_path):
     """--vllm_start_with_models: the KV cache is the engine's share of the GPU less its weights per TP rank and
     the margin (not what vLLM would profile as free while the models allocate beside it)."""
-    from trainer.rollout.vllm_engine import KV_MARGIN_BYTES, KV_MARGIN_SHARE, checkpoint_bytes, upfront_kv_bytes
+    from trainer.rollout.vllm_engine import (
+        KV_MARGIN_BYTES,
+        KV_MARGIN_SHARE,
+        checkpoint_bytes,
+        upfront_kv_bytes,
+    )
 
     (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 3000)
     (tmp_path / "model-00002.safetensors").write_bytes(b"\0" * 1000)
