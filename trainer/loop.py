@@ -283,7 +283,7 @@ class Trainer:
     def _per_rank(group: ActorGroup, method: str, exp: Experience) -> list:
         """`method` on one shard of the rows per rank (refs; ray.get and concatenate them: row order)."""
         parts = shard(exp.input_ids.size(0), group.spec.world_size)
-        return [getattr(a, method).remote(exp.rows(idx)) for a, idx in zip(group.actors, parts, strict=True)]
+        return group.async_run_sharded(method, [exp.rows(idx) for idx in parts])
 
     def train(self, exp: Experience) -> dict[str, float]:
         import ray
@@ -306,16 +306,14 @@ class Trainer:
                 if actor_trains:
                     lr = learning_rate(cfg.actor_learning_rate, self.opt_step - frozen * cfg.train_steps_per_rollout,
                                        self.total_train_steps, cfg.lr_warmup_ratio, cfg.lr_scheduler)
-                    refs = [a.train_policy.remote(m, objective, lr=lr)
-                            for a, m in zip(self.policy.actors, self._micro(exp, batch, self.policy), strict=True)]
+                    refs = self.policy.async_run_sharded("train_policy", self._micro(exp, batch, self.policy), objective,
+                                                         lr=lr)
                     sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
                 if self.critic is not None:  # the critic steps on the same minibatch, at the same time
                     clr = learning_rate(cfg.critic_learning_rate, self.opt_step, self.total_train_steps,
                                         cfg.critic_lr_warmup_ratio, cfg.lr_scheduler)
-                    crefs = [a.train_critic.remote(m, value_clip=cfg.value_clip, lr=clr)
-                             for a, m in zip(self.critic.actors,
-                                             self._micro(exp, batch, self.critic, cfg.critic_micro_train_batch_size),
-                                             strict=True)]
+                    micro = self._micro(exp, batch, self.critic, cfg.critic_micro_train_batch_size)
+                    crefs = self.critic.async_run_sharded("train_critic", micro, value_clip=cfg.value_clip, lr=clr)
                     for key, value in _mean_of(ray.get(crefs)).items():
                         sums[key] = sums.get(key, 0.0) + value
                     sums["lr/critic"] = sums.get("lr/critic", 0.0) + clr

@@ -18,8 +18,8 @@
 #   split7b  7B, policy + reference on GPUs 0-1 (--colocate_actor_ref), one TP-2 engine on 2-3: the weight
 #            push's GB/s with the ZeRO-3 gather included (0-3)
 #   async05  0.5B, policy, reference, engine on a GPU each: synchronous, then --async_train --is_correction
-#            tis, same flags (0-2); beside it on GPU 3: step1 (the colocated 0.5B job twice: a cold, then a
-#            warm compile cache; step 1's time each)
+#            tis, same flags (0-2); beside it on GPU 3: step1 (the colocated 0.5B job three times: a cold,
+#            then a warm compile cache, then warm with --vllm_start_with_models; step 1's time each)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 root=$PWD
@@ -66,9 +66,11 @@ stage_async05() {
                 --params "$(params $work/m05)")
   ( export CUDA_VISIBLE_DEVICES=3 VLLM_CACHE_ROOT=$work/vcache
     rm -rf $work/vcache
-    for run in cold warm; do
+    for run in cold warm overlap; do
+      extra=()
+      [ $run = overlap ] && extra=(--rlrun-extra --vllm_start_with_models)
       python3 bench/gpu/side_by_side.py --model $work/m05 --data $work/data.jsonl --out "$res/step1_$run" \
-        --systems rlrun --steps 3 --deadline 200 >"$res/step1_$run.log" 2>&1
+        --systems rlrun --steps 3 --deadline 200 "${extra[@]}" >"$res/step1_$run.log" 2>&1
     done ) &
   local beside=$!
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"

@@ -254,9 +254,13 @@ class ActorGroup:
 
     def run_sharded(self, method: str, shards: list[Any], **kwargs: Any) -> list[Any]:
         """Rank i gets shards[i] (one per rank) and the same keyword arguments."""
+        return ray.get(self.async_run_sharded(method, shards, **kwargs))
+
+    def async_run_sharded(self, method: str, shards: list[Any], *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        """:meth:`run_sharded` without waiting: the refs, in rank order (rank i called with shards[i], *args)."""
         if len(shards) != len(self.actors):
             raise ValueError(f"{len(shards)} shards for {len(self.actors)} ranks of group {self.spec.name}")
-        return ray.get([getattr(a, method).remote(s, **kwargs) for a, s in zip(self.actors, shards, strict=True)])
+        return [getattr(a, method).remote(s, *args, **kwargs) for a, s in zip(self.actors, shards, strict=True)]
 
     def shutdown(self) -> None:
         for actor in self.actors:
