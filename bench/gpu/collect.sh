@@ -3,7 +3,7 @@
 # for their Python 3.12 x86-64 image (torch 2.11, CUDA 13; KINDS.md lists what it already holds):
 #
 #   ray 2.60 + deepspeed 0.19.8           bench/gpu/pack.sh (ray repacked to a 29 MB xz)
-#   ansible-core, flask, gunicorn, ...    bench/gpu/miniature/pack_extra.sh (site.yml and rlrun run there)
+#   ansible-core, flask, gunicorn, bm25s  bench/gpu/miniature/pack_extra.sh (site.yml, rlrun and the retrieval service)
 #   vllm/   vLLM 0.26.0, the release built for torch 2.11 (0.27-0.32 need torch 2.13, which the image does
 #           not have and which cannot travel), trimmed: no FlashAttention-2 kernel (Hopper runs FA3), no
 #           vllm-rs binary, no deep_gemm builds for other Pythons, no CUTLASS headers (JIT for kernels a

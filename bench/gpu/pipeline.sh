@@ -18,8 +18,10 @@
 #   split7b  7B, policy + reference on GPUs 0-1 (--colocate_actor_ref), one TP-2 engine on 2-3: the weight
 #            push's GB/s with the ZeRO-3 gather included (0-3)
 #   async05  0.5B, policy, reference, engine on a GPU each: synchronous, then --async_train --is_correction
-#            tis, same flags (0-2); beside it on GPU 3: step1 (the colocated 0.5B job three times: a cold,
-#            then a warm compile cache, then warm with --vllm_start_with_models; step 1's time each)
+#            tis, same flags (0-2)
+#   step1    (one GPU, STEP1_GPU, default 0) the colocated 0.5B job three times: a cold, then a warm compile
+#            cache, then warm with --vllm_start_with_models; step 1's time each
+#   multiturn (one GPU) bench/multiturn.py: the multi-turn rollout's overhead on a GPU engine
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 root=$PWD
@@ -39,7 +41,9 @@ stage_selftest() {  # the pipeline's own mechanics, anywhere: bash bench/gpu/pip
 
 stage_inputs() {
   [ -f $work/m05/params.json ] || python3 bench/gpu/model.py $work/m05 || return 1
-  [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
+  if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then  # the 7B runs need 4 GPUs
+    [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
+  fi
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null
 }
 
@@ -64,19 +68,25 @@ stage_async05() {
   local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
                 --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 210
                 --params "$(params $work/m05)")
-  ( export CUDA_VISIBLE_DEVICES=3 VLLM_CACHE_ROOT=$work/vcache
-    rm -rf $work/vcache
-    for run in cold warm overlap; do
-      extra=()
-      [ $run = overlap ] && extra=(--rlrun-extra --vllm_start_with_models)
-      python3 bench/gpu/side_by_side.py --model $work/m05 --data $work/data.jsonl --out "$res/step1_$run" \
-        --systems rlrun --steps 3 --deadline 200 "${extra[@]}" >"$res/step1_$run.log" 2>&1
-    done ) &
-  local beside=$!
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/async05" \
     --rlrun-extra --async_train --is_correction tis
-  wait $beside
+}
+
+stage_step1() {  # one GPU: the colocated 0.5B job with a cold, then a warm compile cache, then warm + early start
+  export CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_CACHE_ROOT=$work/vcache
+  rm -rf $work/vcache
+  for run in cold warm overlap; do
+    extra=()
+    [ $run = overlap ] && extra=(--rlrun-extra --vllm_start_with_models)
+    python3 bench/gpu/side_by_side.py --model $work/m05 --data $work/data.jsonl --out "$res/step1_$run" \
+      --systems rlrun --steps 3 --deadline 200 "${extra[@]}" >"$res/step1_$run.log" 2>&1
+    grep -E "step 1|rlrun:|colocated step" "$res/step1_$run.log"
+  done
+}
+
+stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/multiturn.py --repeats 7
 }
 
 run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
@@ -94,10 +104,11 @@ case ${1:-} in
   start)
     shift
     stages=("$@")
-    [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)
+    [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)  # x4; on one GPU: inputs step1 multiturn
     mkdir -p $work $res
     : >"$status"
-    declare -A limits=([inputs]=240 [mini]=480 [sbs7b]=880 [split7b]=400 [async05]=480 [selftest]=30)
+    declare -A limits=([inputs]=240 [mini]=480 [sbs7b]=880 [split7b]=400 [async05]=330 [step1]=560 [multiturn]=220
+                       [selftest]=30)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

@@ -17,5 +17,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   aiohttp-cors==0.8.1 colorful==0.5.8 smart-open==9.0.2 opencensus==0.11.4 opencensus-context==0.1.3 \
   google-api-core==2.44.0 google-auth==2.62.2 googleapis-common-protos==1.76.0 proto-plus==1.29.0 \
   pyasn1==0.6.5 pyasn1-modules==0.4.2 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 \
-  opentelemetry-semantic-conventions==0.66b2 opentelemetry-exporter-prometheus==0.66b2 opentelemetry-proto==1.45.2
+  opentelemetry-semantic-conventions==0.66b2 opentelemetry-exporter-prometheus==0.66b2 opentelemetry-proto==1.45.2 \
+  bm25s==0.3.16
 du -sh "$dir"

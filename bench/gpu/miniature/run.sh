@@ -176,6 +176,14 @@ stage status rlrun -i $inv status >"$out/status.txt" 2>&1
 tail -1 "$summary"
 cat "$out/status.txt"
 
+# FABRIC=1: the collectives between the nodes, measured before the job (rlrun check --fabric: issue 32)
+if [ -n "${FABRIC:-}" ]; then
+  stage fabric timeout 180 "$HOME/.rlrun/$cluster/node1/venv/bin/rlrun" -i $inv check --fabric --json \
+    >"$out/fabric.json" 2>"$out/fabric.log"
+  tail -1 "$summary"
+  tail -25 "$out/fabric.log"
+fi
+
 wait $adam_pid
 tail -1 "$out/cpu_adam.log" | sed 's/^/cpu_adam     /' | tee -a "$summary"
 adam=()
