@@ -61,6 +61,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--gpu-util", type=float, default=0.3,
+                        help="on a GPU: the engine's share of its memory (the demo's model needs little)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -100,7 +102,8 @@ def main() -> int:
         from vllm.inputs import TokensPrompt
 
         extra = {} if args.block_size is None else {"block_size": args.block_size}
-        engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0, **extra)
+        engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
+                            gpu_memory_utilization=args.gpu_util, **extra)
         batch = prompts[:args.prompts]
         url = f"http://127.0.0.1:{port}/retrieve"
         mt, base, tool_share, searched = [], [], [], []

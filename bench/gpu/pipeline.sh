@@ -61,7 +61,7 @@ stage_split7b() {
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/split7b" \
     --systems rlrun --placement actor-ref --gpus 2 --engines 1 --tp 2 --grad-ckpt --prompts 32 --n 4 \
     --new-tokens 512 --steps 2 --micro-train 4 --micro-rollout 8 --gpu-util 0.85 --params "$(params $work/m7b)" \
-    --deadline 360 --rlrun-extra --sync_bucket_bytes 1073741824
+    --deadline 360 --rlrun-extra="--sync_bucket_bytes 1073741824"
 }
 
 stage_async05() {
@@ -70,26 +70,39 @@ stage_async05() {
                 --params "$(params $work/m05)")
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/async05" \
-    --rlrun-extra --async_train --is_correction tis
+    --rlrun-extra="--async_train --is_correction tis"
 }
 
 stage_step1() {  # one GPU: the colocated 0.5B job with a cold, then a warm compile cache, then warm + early start
   export CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_CACHE_ROOT=$work/vcache
-  rm -rf $work/vcache
-  for run in cold warm overlap; do
+  local runs=${STEP1_RUNS:-cold warm overlap}
+  [[ $runs == cold* ]] && rm -rf $work/vcache
+  for run in $runs; do
     extra=()
-    [ $run = overlap ] && extra=(--rlrun-extra --vllm_start_with_models)
+    [ $run = overlap ] && extra=(--rlrun-extra=--vllm_start_with_models)
     python3 bench/gpu/side_by_side.py --model $work/m05 --data $work/data.jsonl --out "$res/step1_$run" \
       --systems rlrun --steps 3 --deadline 200 "${extra[@]}" >"$res/step1_$run.log" 2>&1
     grep -E "step 1|rlrun:|colocated step" "$res/step1_$run.log"
   done
 }
 
+gpu_free() {  # wait (<= 120 s) until the GPUs hold < 2 GiB each: the last stage's processes are gone
+  local end=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '$1 > 2048 {busy=1} END {exit busy}' && return 0
+    sleep 3
+  done
+  echo "GPUs still busy: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
+}
+
 stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
-  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/multiturn.py --repeats 7
+  gpu_free
+  # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7
 }
 
 run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
+  [ "$1" != inputs ] && [ "$1" != selftest ] && bash -c "source '$root/bench/gpu/pipeline.sh' --lib; gpu_free"
   local name=$1 limit=$2 t0 rc
   t0=$(date +%s)
   echo "$name start $(date +%T)" >>"$status"

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -232,7 +233,8 @@ def main(argv=None) -> int:
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing in both systems")
     p.add_argument("--params", type=float, default=0.0, help="the model's parameters, for the train phase's MFU")
     p.add_argument("--peak-tflops", type=float, default=989.4, help="dense bf16 per GPU (H100 SXM: 989.4)")
-    p.add_argument("--rlrun-extra", nargs="*", default=[], help="more flags for rlrun only")
+    p.add_argument("--rlrun-extra", type=shlex.split, default=[],
+                   help="more flags for rlrun only, one string: --rlrun-extra='--async_train --is_correction tis'")
     p.add_argument("--shim", default=str(HERE / "openrlhf_shim"), help="the stand-in flash_attn (see its README)")
     args = p.parse_args(argv)
     args.micro_rollout = args.micro_rollout or args.prompts

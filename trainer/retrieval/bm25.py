@@ -10,10 +10,17 @@ Parameters default to pyserini's (k1 0.9, b 0.4), the BM25 Search-R1 uses.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
-import bm25s
+# bm25s runs a JAX top-k at import when JAX is installed (the GPU images have it), and JAX then takes 75 % of a
+# GPU's memory for itself: on a GPU node the retrieval service held 61 GB of an H100 beside the training job
+# (seen on the device, 2026-11-26). The service computes on CPUs only.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import bm25s  # noqa: E402 (after the JAX settings above)
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
