@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlrun.errors import RlrunError, one_line
+from rlrun.fabric.check import fabric_options, run_fabric
 
 console = Console()
 err_console = Console(stderr=True)
@@ -211,10 +212,14 @@ def _running_jobs(obj: Context) -> str:
 @cli.command()
 @click.option("-v", "--verbose", is_flag=True, help="Show Ansible's own output.")
 @_max_time(900)
+@fabric_options
 @pass_ctx
-def check(obj, verbose, max_time):
+def check(obj, verbose, max_time, **fabric):
     """Preflight every host: same versions, ports free (or this cluster's) and reachable,
-    ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward and retrieval services; one table of problems."""
+    ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward and retrieval services; one table of problems.
+    --fabric: collectives across the live cluster instead (rlrun/fabric/)."""
+    if run_fabric(obj, max_time, **fabric):
+        return
     _playbook(obj, "preflight", verbose, "check", max_time, show_messages=True)
 
 
