@@ -119,6 +119,7 @@ class DistributedWorker:
         """Join the group on rank 0's store, then hand it to DeepSpeed; returns this rank."""
         import datetime
 
+        import torch
         import torch.distributed as dist
 
         # What DeepSpeed's launcher would set, LOCAL_SIZE included: without it DeepSpeed's CPU accelerator
@@ -140,8 +141,17 @@ class DistributedWorker:
             fd = self.take_listen_fd(master_port) if self.rank == 0 else None
             store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0, timeout=timeout,
                                   master_listen_fd=fd)
-            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
-                                    timeout=timeout)
+            # [collective deadline] Forming the group and its first all-reduce under a deadline (counted from
+            # the last rank's arrival, $RLRUN_COLLECTIVE_DEADLINE_S): a link that fails is one line naming
+            # both nodes and the interface, not a 30-minute wait (trainer/collective_deadline.py).
+            from trainer.collective_deadline import GroupWatch, deadline_s
+
+            with GroupWatch(store, self.rank, self.world_size, backend, f"{type(self).__name__} group",
+                            ray.util.get_node_ip_address(), deadline_s()) as watch:
+                watch.run("forming the group", lambda: dist.init_process_group(
+                    backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout))
+                one = torch.ones(1, device="cuda" if backend == "nccl" else "cpu")
+                watch.run("the first all-reduce", lambda: dist.all_reduce(one, async_op=True))
             deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         return dist.get_rank()
 
