@@ -33,8 +33,12 @@ FABRIC_TAG = "@fabric"
 PROGRESS = "fabric:"
 
 
+_STARTED = time.monotonic()
+
+
 def say(text: str) -> None:
-    print(f"{PROGRESS} {text}", flush=True)
+    """A progress line (rlrun check --fabric shows them as they come), with the seconds since the job began."""
+    print(f"{PROGRESS} [{time.monotonic() - _STARTED:5.1f} s] {text}", flush=True)
 
 
 # --- the driver ------------------------------------------------------------------------------------------------
@@ -233,7 +237,8 @@ class Check:
     def _pair_entry(self, entry: dict, sides: list[dict | None], ranks: list[dict], a: int, b: int) -> None:
         from rlrun.fabric.nccl_log import between, main_transport, parse
 
-        entry["sides"] = sides
+        # each side as it answered, without its raw NCCL lines (the evidence below keeps the telling ones)
+        entry["sides"] = [s and {k: v for k, v in s.items() if k != "nccl"} for s in sides]
         if any(s is None for s in sides):
             late = [ranks[r]["label"] for r, s in zip((a, b), sides, strict=True) if s is None]
             entry.update(status="no-progress", line=f"{entry['a']} -> {entry['b']}: no answer from "
@@ -348,6 +353,7 @@ def main(argv: list[str]) -> int:
         return 2
     req = json.loads(argv[1])
     ray.init(log_to_driver=False)
+    say("connected to the cluster")
     report = Check(req).run()
     print(FABRIC_TAG, json.dumps(report, default=str), flush=True)
     return 0

@@ -207,6 +207,10 @@ class Rank:
             pg, device = watch.run(phase, lambda: self._group(spec, 2, store))
             watch.run(phase, lambda: _exchange(pg, spec["rank"], 1, device, ping=False))
             out["connect_s"] = time.monotonic() - t0
+            if self.backend == "gloo":
+                # gloo's sockets now, while both ends surely hold them: gloo closes its end of a pair as soon
+                # as the peer shuts its group down, which the peer may do before this rank's test is over
+                out.update(self._evidence(before, offset, spec["store"][1]))
             if self.backend == "nccl":
                 watch.transport = _transport(self._nccl_lines(offset)[0])
             phase = "latency"
@@ -223,7 +227,8 @@ class Rank:
         except Exception as exc:  # noqa: BLE001 - the driver reports it for this pair
             out.update(status="error", phase=phase, error=one_line(exc))
         finally:
-            out.update(self._evidence(before, offset, spec["store"][1]))  # before the group's sockets close
+            if "sockets" not in out:  # NCCL's lines (kept in its file); gloo's sockets when the test failed
+                out.update(self._evidence(before, offset, spec["store"][1]))
             if watch is not None:
                 watch.close()
             if pg is not None and out["status"] == "ok":
