@@ -268,8 +268,13 @@ def make_sync_group(
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(master_addr, master_port, world_size, rank == 0, timeout=timeout,
                           master_listen_fd=master_listen_fd if rank == 0 else None)
+    # [collective deadline] Forming the group (gloo connects every pair here) and its first broadcast under a
+    # deadline ($RLRUN_COLLECTIVE_DEADLINE_S): a failing link is one line (trainer/collective_deadline.py).
+    from trainer.collective_deadline import GroupWatch, deadline_s, local_address
+
+    watch = GroupWatch(store, rank, world_size, backend, "weight-sync group", local_address(master_addr), deadline_s())
     if backend == "gloo":
-        pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        pg = watch.run("forming the group", lambda: dist.ProcessGroupGloo(store, rank, world_size, timeout))
         dev = torch.device(device or "cpu")
     elif backend == "nccl":
         if not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL"):
@@ -280,6 +285,8 @@ def make_sync_group(
         pg = dist.ProcessGroupNCCL(store, rank, world_size, opts)
     else:
         raise ValueError(f"unknown sync backend {backend!r}: expected 'gloo' or 'nccl'")
+    with watch:  # [collective deadline]
+        watch.run("the first broadcast", lambda: pg.broadcast(torch.zeros(1, dtype=torch.uint8, device=dev), 0))
     return SyncGroup(pg, store, rank, world_size, backend, dev)
 
 

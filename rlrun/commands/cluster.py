@@ -24,6 +24,7 @@ from rlrun.commands.output import (
     table,
 )
 from rlrun.errors import RlrunError
+from rlrun.fabric.check import fabric_options, run_fabric
 
 
 def _problems_error(obj: Context, problems: list, what: str = "") -> RlrunError:
@@ -126,10 +127,14 @@ def _running_jobs(obj: Context) -> str:
 @verbose_option
 @max_time_option(900)
 @json_option
+@fabric_options
 @pass_ctx
-def check(obj, verbose, max_time, as_json):
+def check(obj, verbose, max_time, as_json, **fabric):
     """Preflight every host: same versions, ports free (or this cluster's) and reachable,
-    ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward and retrieval services; one table of problems."""
+    ulimit, /dev/shm, NCCL / Gloo interfaces, GPUs, reward and retrieval services; one table of problems.
+    --fabric: collectives across the live cluster instead (rlrun/fabric/)."""
+    if run_fabric(obj, max_time, as_json=as_json, **fabric):
+        return
     _playbook(obj, "preflight", verbose, "check", max_time, as_json, show_messages=True)
 
 

@@ -147,6 +147,7 @@ class DistributedWorker:
         within ``timeout_s``; later collectives keep DeepSpeed's 30 minutes."""
         import datetime
 
+        import torch
         import torch.distributed as dist
 
         # What DeepSpeed's launcher would set, LOCAL_SIZE included: without it DeepSpeed's CPU accelerator
@@ -168,13 +169,20 @@ class DistributedWorker:
             fd = self.take_listen_fd(master_port) if self.rank == 0 else None
             store = dist.TCPStore(master_addr, master_port, self.world_size, self.rank == 0,
                                   timeout=datetime.timedelta(seconds=timeout_s), master_listen_fd=fd)
-            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
-                                    timeout=timeout)
-            if backend == "nccl":  # the communicator is built lazily: build it now, while the deadline runs
-                import torch
+            # [collective deadline] Forming the group and its first all-reduce (which makes NCCL build its
+            # communicator) under a deadline counted from the last rank's arrival ($RLRUN_COLLECTIVE_DEADLINE_S):
+            # a link that fails is one line naming both nodes and the interface, not a 30-minute wait
+            # (trainer/collective_deadline.py); the driver's own deadline (--dist_timeout) names who never came.
+            from trainer.collective_deadline import GroupWatch, deadline_s
 
+            if backend == "nccl":
                 torch.cuda.set_device(0)  # Ray shows each rank its own GPU as device 0
-                dist.barrier(device_ids=[0])
+            with GroupWatch(store, self.rank, self.world_size, backend, f"{type(self).__name__} group",
+                            ray.util.get_node_ip_address(), deadline_s()) as watch:
+                watch.run("forming the group", lambda: dist.init_process_group(
+                    backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timeout))
+                one = torch.ones(1, device="cuda" if backend == "nccl" else "cpu")
+                watch.run("the first all-reduce", lambda: dist.all_reduce(one, async_op=True))
             store.set_timeout(timeout)
             deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         return dist.get_rank()

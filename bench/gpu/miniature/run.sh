@@ -178,7 +178,7 @@ cat "$out/status.txt"
 
 # FABRIC=1: the collectives between the nodes, measured before the job (rlrun check --fabric: issue 32)
 if [ -n "${FABRIC:-}" ]; then
-  stage fabric timeout 180 "$HOME/.rlrun/$cluster/node1/venv/bin/rlrun" -i $inv check --fabric --json \
+  stage fabric timeout 120 "$HOME/.rlrun/$cluster/node1/venv/bin/rlrun" -i $inv check --fabric --json \
     >"$out/fabric.json" 2>"$out/fabric.log"
   tail -1 "$summary"
   tail -25 "$out/fabric.log"
