@@ -32,6 +32,7 @@ export PYTHONPATH="/tmp/site:$root" PATH="/tmp/site/bin:$PATH" PYTHONUNBUFFERED=
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export RAY_USAGE_STATS_ENABLED=0 TORCH_EXTENSIONS_DIR=/tmp/torch_ext TOKENIZERS_PARALLELISM=false
+export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/tmp/rlpipe/vcache}  # the stages share vLLM's compile cache
 
 params() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['params'])" "$1/params.json"; }
 
@@ -48,25 +49,25 @@ stage_inputs() {
 }
 
 stage_mini() {
-  ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=360 FABRIC=1 bash bench/gpu/miniature/run.sh x4 "$res/mini"
+  ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=300 FABRIC=1 bash bench/gpu/miniature/run.sh x4 "$res/mini"
 }
 
 stage_sbs7b() {
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b" \
     --systems rlrun,openrlhf --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 \
-    --steps 3 --micro-train 4 --micro-rollout 8 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 840
+    --steps 3 --micro-train 4 --micro-rollout 8 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 740
 }
 
 stage_split7b() {
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/split7b" \
     --systems rlrun --placement actor-ref --gpus 2 --engines 1 --tp 2 --grad-ckpt --prompts 32 --n 4 \
     --new-tokens 512 --steps 2 --micro-train 4 --micro-rollout 8 --gpu-util 0.85 --params "$(params $work/m7b)" \
-    --deadline 360 --rlrun-extra="--sync_bucket_bytes 1073741824"
+    --deadline 300 --rlrun-extra="--sync_bucket_bytes 1073741824"
 }
 
 stage_async05() {
   local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
-                --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 210
+                --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 140
                 --params "$(params $work/m05)")
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/async05" \
@@ -120,7 +121,7 @@ case ${1:-} in
     [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)  # x4; on one GPU: inputs step1 multiturn
     mkdir -p $work $res
     : >"$status"
-    declare -A limits=([inputs]=240 [mini]=480 [sbs7b]=880 [split7b]=400 [async05]=330 [step1]=560 [multiturn]=220
+    declare -A limits=([inputs]=180 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=300 [step1]=560 [multiturn]=220
                        [selftest]=30)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from isolated import PROJECT, nvidia_smi_used_mib  # run as a script: its own directory is on the path
@@ -123,28 +124,41 @@ class MemorySampler:
         self._thread.join(timeout=5)
 
 
-def run(name: str, cmd: list[str], env: dict, log: Path, deadline: float) -> tuple[int | None, float]:
-    """Run ``cmd`` in a session of its own until it ends or ``deadline`` (monotonic); returns (exit code or
-    None when stopped at the deadline, seconds)."""
+def run(name: str, cmd: list[str], env: dict, log: Path, deadline: float,
+        done: Callable[[], bool] | None = None) -> tuple[int | None, float]:
+    """Run ``cmd`` in a session of its own until it ends, ``done()`` says every step it was run for is logged
+    (then it is stopped: the final model save and teardown are not what is measured, and a 7B's save costs a
+    minute), or ``deadline`` (monotonic); returns (exit code, 0 when stopped after its steps, None when
+    stopped at the deadline; seconds)."""
     t0 = time.monotonic()
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=max(deadline - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
+        rc: int | None = None
+        while rc is None and time.monotonic() < deadline:
+            try:
+                rc = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                if done is not None and done():
+                    print(f"{name}: every step logged after {time.monotonic() - t0:.0f} s; stopping it", flush=True)
+                    _stop(proc)
+                    return 0, time.monotonic() - t0
+        if rc is None:
             print(f"{name}: stopped at the deadline after {time.monotonic() - t0:.0f} s", flush=True)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)  # its own session: the processes this run started
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=20)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            rc = None
+            _stop(proc)
     return rc, time.monotonic() - t0
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)  # its own session: the processes this run started
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=20)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def wait_gpu_free(limit_mib: int = 3000, timeout: float = 60) -> int:
@@ -273,8 +287,15 @@ def main(argv=None) -> int:
         env.pop("RAY_ADDRESS", None)
         if name == "openrlhf" and cuda_arch():
             env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
+        def logged(name=name, run_out=run_out) -> bool:
+            try:  # a line being written is not a step yet
+                rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
+            except ValueError:
+                return False
+            return len(rows) >= args.steps
+
         with MemorySampler() as mem:
-            rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline)
+            rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline, logged)
         rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
         results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows),
                          "peak_mib": dict(sorted(mem.peak.items())),
