@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from rlrun.contract import GROUPS_EXPECTED, Contract, YamlLoader, open_contract, role_names
+from rlrun.contract import GROUPS_EXPECTED, Contract, YamlLoader, open_contract, role_files, role_names
 from rlrun.errors import RlrunError, is_vault_error
 
 UNKNOWN = object()  # a value that needs facts (or something else that only exists on a host)
@@ -290,6 +290,9 @@ class InventoryView:
             missing = re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined", text)
             if any(m.startswith("ansible_") or m in PLAY_VARS for m in missing):
                 return UNKNOWN, f"needs {', '.join(missing)} (known only on the host or in a play)"
+            defaults = {name for d in role_files("defaults").values() for name in (d or {})}
+            if missing and all(m in defaults for m in missing):  # another role's default: set when it runs
+                return UNKNOWN, f"refers to {', '.join(missing)}, a role's default known when that role runs"
             return None, f"refers to {', '.join(repr(m) for m in missing) or 'an undefined variable'}, which is not defined"
         except AnsibleError as exc:
 
