@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from rlrun.contract import open_contract
 from rlrun.errors import RlrunError
 from rlrun.fabric.findings import Finding, evaluate, has_errors
 from rlrun.fabric.job import FABRIC_TAG, PROGRESS
@@ -92,17 +93,11 @@ def run(jobs, req: dict, max_time: float, progress: Callable[[str], None]) -> tu
 def inventory_interfaces(cluster, vault_password_file: str | None = None) -> dict[str, dict[str, str | None]]:
     """Node address -> the inventory's NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME for that host (roles/accel_env's
     variables, their defaults under the inventory's values)."""
-    from ansible.template import Templar
-
-    from rlrun.inventory import open_inventory, role_vars
-
-    loader, inv, varmgr, _ = open_inventory(cluster.inventory, vault_password_file)
-    defaults = role_vars(loader, "accel_env", "defaults")
+    contract = open_contract(cluster.inventory, vault_password_file, roles=("cluster", "accel_env"))
     out = {}
     for host, address in cluster.node_addresses.items():
-        variables = {**defaults, **varmgr.get_vars(host=inv.get_host(host))}
-        templar = Templar(loader=loader, variables=variables)
-        out[address] = {var: (str(templar.template(variables[name])) if variables.get(name) else None)
+        variables = contract.variables(host)
+        out[address] = {var: (str(contract.get(host, name)) if variables.get(name) else None)
                         for var, name in (("NCCL_SOCKET_IFNAME", "accel_env__nccl_socket_ifname"),
                                           ("GLOO_SOCKET_IFNAME", "accel_env__gloo_socket_ifname"))}
     return out

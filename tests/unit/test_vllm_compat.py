@@ -79,3 +79,29 @@ def test_gpu_workers_load_bucket_by_bucket():
 def test_an_update_without_tensors_is_an_error(on_cpu):
     with pytest.raises(ValueError, match="no tensors"):
         vllm_compat.load_weights(RecordingWorker(), [], on_cpu=on_cpu)
+
+
+def test_each_engine_gets_its_own_ray_store_port_where_vllm_searches_from_a_fixed_one():
+    """vLLM 0.26's RayExecutorV2 searches its TCPStore port from VLLM_DP_MASTER_PORT + 100 (0 + 100 outside data
+    parallelism): two TP engines starting on one host both took port 100 and the second failed (H100 x4).
+    Where the executor has that search, each engine points it at a port the OS just gave it; where it lets the
+    OS choose (0.32), nothing is set."""
+    from trainer.rollout.vllm_compat import pin_ray_store_port
+
+    class Searches:  # 0.26
+        @staticmethod
+        def _select_tcpstore_port(local_dp_rank, master_port):
+            return master_port + 100
+
+    class Chooses:  # 0.32
+        pass
+
+    a, b = {}, {}
+    pa, pb = pin_ray_store_port(Searches, a), pin_ray_store_port(Searches, b)
+    assert int(a["VLLM_DP_MASTER_PORT"]) + 100 == pa and int(b["VLLM_DP_MASTER_PORT"]) + 100 == pb
+    assert pa != pb and pa > 1024
+    assert Searches._select_tcpstore_port(0, int(a["VLLM_DP_MASTER_PORT"])) == pa
+    given = {"VLLM_DP_MASTER_PORT": "29000"}
+    assert pin_ray_store_port(Searches, given) is None and given == {"VLLM_DP_MASTER_PORT": "29000"}
+    none: dict = {}
+    assert pin_ray_store_port(Chooses, none) is None and none == {}

