@@ -8,6 +8,8 @@
 #   bash bench/gpu/pipeline.sh start [STAGE ...]      # default: every stage below, in this order
 #   bash bench/gpu/pipeline.sh poll OUT [SECONDS]     # wait up to SECONDS (default 540) for the pipeline to
 #                                                     # end, then copy status + summaries to OUT
+# Poll without a pause: the machine is given back 30 s after a call returns, with the pipeline on it
+# (2026-11-26: a fix made between two polls cost the x4 and the stages running there).
 #
 # Stages (GPUs):
 #   inputs   the 0.5B and 7B Qwen-shaped random models (7B made on GPU 0) and the copy-task prompts
@@ -67,7 +69,7 @@ stage_split7b() {
 
 stage_async05() {
   local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
-                --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 140
+                --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 260
                 --params "$(params $work/m05)")
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/sync05"
   CUDA_VISIBLE_DEVICES=0,1,2 python3 bench/gpu/side_by_side.py "${common[@]}" --out "$res/async05" \
@@ -121,7 +123,7 @@ case ${1:-} in
     [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)  # x4; on one GPU: inputs step1 multiturn
     mkdir -p $work $res
     : >"$status"
-    declare -A limits=([inputs]=180 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=300 [step1]=560 [multiturn]=220
+    declare -A limits=([inputs]=180 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=560 [step1]=560 [multiturn]=220
                        [selftest]=30)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
