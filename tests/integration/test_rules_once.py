@@ -51,7 +51,10 @@ BROKEN = {
 }
 # The head, also the reward host: a head-only port in the ephemeral range (the role's check only, before),
 # an unknown extraction strategy (rlrun validate's only).
-HEAD = {"cluster__ray_dashboard_metrics_port": 40001, "reward_server__extract": ["boxed", "magic"]}
+HEAD = {"cluster__ray_dashboard_metrics_port": 40001, "reward_server__extract": ["boxed", "magic"],
+        # and no problem: a value that refers to another role's default, there when that role runs (the
+        # cluster role's assert refused it at first, on the GPU miniature's inventory)
+        "python_stack__extra_paths": ["/tmp/site", "{{ python_stack__project_src }}"]}
 
 
 @pytest.fixture(scope="module")

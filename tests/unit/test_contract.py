@@ -119,14 +119,3 @@ def test_a_slurm_job_is_held_to_the_same_rules(tmp_path, group_vars, expected):
 def test_a_good_inventory_gives_a_slurm_spec(tmp_path):
     assert evaluate(write_inventory(tmp_path, "sj", "127.0.0.9", 9300)).cluster_name == "sj"
 
-
-def test_a_value_may_refer_to_another_roles_default(tmp_path):
-    """python_stack__extra_paths: [/tmp/site, '{{ python_stack__project_src }}'] (the GPU miniature's inventory)
-    is fine: python_stack's default is there when python_stack runs. The cluster role's new assert refused it
-    on the device; an undefined name of no role's is still refused."""
-    ok = write_inventory(tmp_path / "a", "ref", "127.0.0.9", 9300,
-                         group_vars={"python_stack__extra_paths": ["/tmp/site", "{{ python_stack__project_src }}"]})
-    assert "python_stack__extra_paths" not in _problems(ok)
-    bad = write_inventory(tmp_path / "b", "ref", "127.0.0.9", 9300,
-                          group_vars={"python_stack__extra_paths": ["{{ no_role_sets_this }}"]})
-    assert "refers to 'no_role_sets_this', which is not defined" in _problems(bad)
