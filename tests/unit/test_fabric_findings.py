@@ -175,6 +175,16 @@ def test_rounds_never_put_a_rank_in_two_pairs_and_cover_every_pair():
     assert len(rounds) <= 7  # 5 would be optimal for 6 nodes; greedy stays close
 
 
+def test_timed_loops_shrink_on_slow_links_so_they_never_near_the_deadline():
+    from rlrun.fabric.rank import TIMED_S, _count
+
+    assert TIMED_S == 2.0
+    assert _count(0.001, 10) == 10  # fast: the most asked for
+    assert _count(0.5, 10) == 4  # about 2 s in all
+    assert _count(9.0, 10) == 1  # slow: one message, never none
+    assert _count(0.0, 5) == 5
+
+
 def test_the_table_shows_pairs_all_reduce_and_findings():
     full = {"cluster": "c", "job_id": "rlrun-probe-fabric-x", "backend": "nccl", "deadline_s": 30.0, "seconds": 12.3,
             "size_bytes": 256 << 20, "ranks": [{}] * 4, "nodes": [{}] * 2, "skipped_nodes": [],
