@@ -212,6 +212,24 @@ def test_parse_report_takes_the_last_fabric_line():
     assert check.parse_report("Traceback ...") is None
 
 
+def test_the_inventorys_interface_names_per_node_address(tmp_path):
+    """check.inventory_interfaces: roles/accel_env's variables as Ansible reads the inventory (group_vars,
+    host_vars, templates), keyed by each host's cluster__node_address; unset ones are None."""
+    from rlrun.inventory import load_cluster
+    from tests.conftest import write_inventory
+
+    inv = write_inventory(tmp_path, "ifc", "127.0.0.9", 9300,
+                          group_vars={"accel_env__nccl_socket_ifname": "{{ 'en' ~ 'p' }}"},
+                          workers={"w1": {"ansible_connection": "local", "cluster__node_address": "127.0.0.10",
+                                          "accel_env__gloo_socket_ifname": "eth1"}})
+    got = check.inventory_interfaces(load_cluster(inv))
+    assert got == {"127.0.0.9": {"NCCL_SOCKET_IFNAME": "enp", "GLOO_SOCKET_IFNAME": "lo"},
+                   "127.0.0.10": {"NCCL_SOCKET_IFNAME": "enp", "GLOO_SOCKET_IFNAME": "eth1"}}
+    bare = write_inventory(tmp_path / "bare", "ifd", "127.0.0.9", 9300, group_vars={"accel_env__gloo_socket_ifname": None})
+    assert check.inventory_interfaces(load_cluster(bare)) == {
+        "127.0.0.9": {"NCCL_SOCKET_IFNAME": None, "GLOO_SOCKET_IFNAME": None}}
+
+
 # --- what the job is shipped with ----------------------------------------------------------------------------
 def _imports(path: Path, everywhere: bool) -> set[str]:
     """The rlrun / trainer modules `path` imports: at module level, or `everywhere` (functions included)."""
