@@ -66,7 +66,7 @@ if ! command -v start-stop-daemon >/dev/null; then  # the x4 image: as run.sh
   export PATH=/tmp/rlrun-shims:$PATH
 fi
 {
-  echo "host: $(uname -n) $(nproc) CPUs; python3: $(command -v $python) $($python -V 2>&1)"
+  echo "host: $(uname -n) $(nproc) CPUs; python3: $(command -v "$python") $("$python" -V 2>&1)"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name --format=csv,noheader && nvidia-smi topo -m
 } >"$out/env.txt" 2>&1
 
@@ -92,34 +92,7 @@ tail -1 "$summary"
 teardown
 
 # The verdict: the transports the report names, against the target, and NCCL's own lines beside them.
-"$python" - "$kind" "$out" <<'EOF' | tee "$out/verdict.txt"
-import json, sys
-kind, out = sys.argv[1], sys.argv[2]
-try:
-    report = json.load(open(f"{out}/fabric.json"))
-except (OSError, ValueError) as exc:
-    print(f"FAIL: no JSON report ({exc})"); sys.exit(1)
-want = {"intra": ("P2P/CUMEM",), "inter": ("NET/Socket",)} if kind == "x4" else {"inter": ("gloo/TCP",)}
-bad, lines = [], []
-for p in report["pairs"]:
-    ok = p.get("status") == "ok" and p.get("transport") in want.get(p["kind"], ())
-    gbps = p.get("gbps") or {}
-    print(f"{'ok  ' if ok else 'FAIL'} {p['a']} <-> {p['b']} ({p['kind']}): {p.get('transport')} on "
-          f"{p.get('interface')}, {gbps.get('a->b', 0):.2f} / {gbps.get('b->a', 0):.2f} GB/s, "
-          f"{p.get('latency_us') or 0:.0f} us; want {' or '.join(want.get(p['kind'], ('?',)))}")
-    bad += [] if ok else [p]
-    lines += [f"# {p['a']} <-> {p['b']} ({p['kind']})"] + p.get("evidence", [])
-kinds = {p["kind"] for p in report["pairs"]}
-missing = [k for k in want if k not in kinds]
-reduce = report.get("allreduce") or {}
-print(f"all-reduce: {reduce.get('status')} {reduce.get('busbw_gbps', 0):.2f} GB/s busbw {reduce.get('transports', '')}")
-print(f"findings: {[f['severity'] + ' ' + f['message'] for f in report['findings']] or 'none'}; job {report['seconds']} s")
-open(f"{out}/nccl.txt", "w").write("\n".join(lines) + "\n")
-if missing:
-    print(f"FAIL: no {', '.join(missing)} pair in the report")
-print("PASS" if not bad and not missing else "FAIL")
-sys.exit(1 if bad or missing else 0)
-EOF
+"$python" bench/gpu/fabric_verdict.py "$kind" "$out"
 verdict=$?
 echo "--- summary"
 cat "$summary"

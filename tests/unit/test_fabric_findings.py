@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,28 @@ def test_every_project_module_the_job_imports_is_shipped_with_it(tmp_path):
     out = check.ship(tmp_path)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*.py")) == sorted(check.SHIPPED)
     assert check.JOB_PREFIX.startswith("rlrun-probe-")  # `rlrun list` leaves it out with the other probes
+
+
+def test_the_gpu_verdict_wants_p2p_within_a_node_and_sockets_between(tmp_path):
+    """bench/gpu/fabric_verdict.py on the x4 miniature's shape: PASS only with P2P/CUMEM inside each node and
+    NET/Socket between them; a pair on another transport, or a kind of pair missing, fails it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fabric_verdict", PROJECT / "bench" / "gpu" / "fabric_verdict.py")
+    verdict = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(verdict)
+    pairs = [_pair("127.0.0.7 gpu0", "127.0.0.8 gpu2", 3.0, "NET/Socket", "lo", evidence=["... via NET/Socket/0"]),
+             _pair("127.0.0.7 gpu0", "127.0.0.7 gpu1", 150.0, "P2P/CUMEM", None, "intra"),
+             _pair("127.0.0.8 gpu2", "127.0.0.8 gpu3", 150.0, "P2P/CUMEM", None, "intra")]
+    report = {"pairs": pairs, "allreduce": {"status": "ok", "busbw_gbps": 5.0}, "findings": [], "seconds": 20}
+    lines, evidence, passed = verdict.verdict("x4", report)
+    assert passed and lines[-1] == "PASS" and "# 127.0.0.7 gpu0 <-> 127.0.0.8 gpu2 (inter)" in evidence
+    shm = copy.deepcopy(report)
+    shm["pairs"][2]["transport"] = "SHM"
+    lines, _, passed = verdict.verdict("x4", shm)
+    assert not passed and lines[2].startswith("FAIL 127.0.0.8 gpu2 <-> 127.0.0.8 gpu3 (intra): SHM")
+    lines, _, passed = verdict.verdict("x4", {**report, "pairs": pairs[:1]})
+    assert not passed and "FAIL: no intra pair in the report" in lines
+    (tmp_path / "fabric.json").write_text(json.dumps(report))
+    assert verdict.main(["fabric_verdict.py", "x4", str(tmp_path)]) == 0
+    assert (tmp_path / "verdict.txt").read_text().endswith("PASS\n")
