@@ -7,7 +7,6 @@ worker killed by a signal, teardown beside a second cluster on the same hosts.""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -216,15 +215,15 @@ def _fabric_left(lab: Lab, inv: Path, dirs_before: set[str]) -> list[str]:
     return left
 
 
-def _submit_groups(lab: Lab, inv: Path, a: str, b: str) -> str:
-    """Submit FABRIC_JOB (a trainer group and a weight-sync group between nodes a and b, deadline 10 s)."""
+def _run_groups(lab: Lab, inv: Path, job: str, a: str, b: str) -> subprocess.CompletedProcess:
+    """Run FABRIC_JOB as job `job` (a trainer group and a weight-sync group between nodes a and b, deadline
+    10 s) and follow it to its end."""
     workdir = lab.dir / "fabric-job"
     workdir.mkdir(exist_ok=True)
     (workdir / "groups.py").write_text(FABRIC_JOB)
-    sub = rlrun(inv, "submit", "--working-dir", str(workdir), "--env", "RLRUN_COLLECTIVE_DEADLINE_S=10",
-                "--env", "RAY_IGNORE_UNHANDLED_ERRORS=1", "--", "python", "groups.py", a, b)
-    assert sub.returncode == 0, sub.stderr[-2000:]
-    return sub.stdout.strip()
+    return rlrun(inv, "submit", "--follow", "--submission-id", job, "--working-dir", str(workdir),
+                 "--env", "RLRUN_COLLECTIVE_DEADLINE_S=10", "--env", "RAY_IGNORE_UNHANDLED_ERRORS=1", "--",
+                 "python", "groups.py", a, b)
 
 
 def test_fabric_check_measures_every_pair_of_nodes_and_leaves_nothing(lab, cluster_a):
@@ -268,7 +267,7 @@ def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_traine
              f"  ip daddr {head} tcp dport {low}-{high} ct state new drop\n }}\n}}\n")
     subprocess.run(["ip", "netns", "exec", lab.netns("worker2"), "nft", "-f", "/dev/stdin"], input=rules, text=True,
                    check=True)
-    job, pool, groups = None, ThreadPoolExecutor(max_workers=1), None
+    job, pool, groups = f"fabric-groups-{os.getpid()}-{int(time.time())}", ThreadPoolExecutor(max_workers=1), None
     try:
         started = time.monotonic()
         proc = subprocess.Popen([str(BIN / "rlrun"), "-i", str(cluster_a), "check", "--fabric", "--deadline", "15"],
@@ -282,7 +281,7 @@ def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_traine
             if named is None and link.search(line):
                 named = time.monotonic() - started
             if groups is None and "ranks up:" in line:  # the check's ranks run: the groups' job starts meanwhile
-                groups = pool.submit(_submit_groups, lab, cluster_a, head, HOSTS["worker2"])
+                groups = pool.submit(_run_groups, lab, cluster_a, job, head, HOSTS["worker2"])
         out, _ = proc.communicate(timeout=300)
         # Within the deadline: the pair's line comes at most 15 s (+ the probes) after the test before it ended
         # (rounds run one after the other). Within 60 s of `rlrun check` starting is the target on a quiet
@@ -301,13 +300,9 @@ def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_traine
                              r"\d+ ok", table), out
         assert "all-reduce over 3 ranks: skipped (1 pair test failed" in table, out
         assert groups is not None, "\n".join(progress)
-        job = groups.result(timeout=120)
-        # The trainer's groups over the same link.
-        def ended():
-            status = rlrun(cluster_a, "status", job).stdout
-            return None if ": PENDING" in status or ": RUNNING" in status else status
-
-        assert f"{job}: SUCCEEDED" in _wait(ended, 240, "the groups job to end")
+        # The trainer's groups over the same link (their job started once the check's ranks were up).
+        followed = groups.result(timeout=300)
+        assert followed.returncode == 0 and f"job {job}: SUCCEEDED" in followed.stderr, followed.stderr[-3000:]
         log = rlrun(cluster_a, "logs", job).stdout
         for name in ("GROUP", "SYNC"):  # after actor start-up (and deepspeed's import), far from the 30 min
             found = re.search(rf"^{name} (\d+) s: trainer\.collective_deadline\.NoProgress: " + link.pattern.replace(
@@ -315,11 +310,9 @@ def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_traine
             assert found and int(found.group(1)) < 120, log[-3000:]
     finally:
         lab.exec("worker2", ["nft", "delete", "table", "inet", "fabric_test"], check=False)
-        if job is None and groups is not None:
-            with contextlib.suppress(Exception):
-                job = groups.result(timeout=120)
-        if job:
+        if groups is not None and not groups.done():
             rlrun(cluster_a, "stop", job)
+        pool.shutdown(wait=True)
     assert _fabric_gone(lab, cluster_a, dirs, 60) == []
 
 
