@@ -153,6 +153,7 @@ class Check:
         self.pg = placement_group(bundles, strategy="STRICT_SPREAD", name="rlrun-fabric-check")
         ready, _ = ray.wait([self.pg.ready()], timeout=timeout)
         if ready:
+            say(f"placed: {len(bundles)} bundle{'s' if len(bundles) != 1 else ''}, one per node")
             return True
         free = {}
         try:
@@ -180,6 +181,7 @@ class Check:
         from rlrun.fabric.rank import Rank
 
         remote = ray.remote(Rank)
+        created = time.time()
         for r in ranks:
             label = _label(r, ranks, backend)
             self.actors.append(remote.options(
@@ -197,16 +199,23 @@ class Check:
         described = ray.get(refs)
         for r, d in zip(ranks, described, strict=True):
             r["label"] = _label(r, ranks, backend, (d.get("gpu") or {}).get("visible"))
-            ray.get(self.actors[r["rank"]].set_label.remote(r["label"]))
             self.report["ranks"].append({k: r[k] for k in ("rank", "address", "label", "local_rank")}
-                                        | {"gpu": d.get("gpu"), "pid": d["pid"]})
+                                        | {"gpu": d.get("gpu"), "pid": d["pid"],
+                                           # seconds to the actor's __init__ (Ray starting a worker process with
+                                           # the job's working dir), then to its first answer (torch's import)
+                                           "start_s": round(d["started"] - created, 2),
+                                           "describe_s": round(d["described"] - d["started"], 2)})
             if r["local_rank"] == 0:
                 node = next(n for n in members if n["address"] == r["address"])
                 self.report["nodes"].append({**{k: node[k] for k in ("address", "node_id", "gpus", "is_head")},
                                              "hostname": d["hostname"], "env": d["env"],
                                              "versions": d["versions"], "interfaces": d["interfaces"],
                                              "infiniband": d["infiniband"]})
-        say("ranks up: " + ", ".join(r["label"] for r in ranks))
+        for actor, r in zip(self.actors, ranks, strict=True):
+            actor.set_label.remote(r["label"])  # runs before this driver's next call to it (Ray keeps the order)
+        slowest = max(self.report["ranks"], key=lambda r: r["start_s"] + r["describe_s"])
+        say("ranks up: " + ", ".join(r["label"] for r in ranks) + f" (slowest {slowest['label']}: process "
+            f"{slowest['start_s']:.1f} s, torch and the node's facts {slowest['describe_s']:.1f} s)")
 
     def _budget(self) -> float:
         """How long a driver waits for one test: each of its steps has the deadline, plus slack."""
@@ -223,14 +232,20 @@ class Check:
                 if stuck:
                     entry.update(status="skipped", why=f"{', '.join(stuck)} still hangs in an earlier test")
                     continue
-                store = ray.get(self.actors[a].listen.remote(), timeout=self._budget())
+                try:
+                    store = ray.get(self.actors[a].listen.remote(), timeout=self._budget())
+                except Exception as exc:  # noqa: BLE001 - a rank that died (NCCL's watchdog aborts a hung one)
+                    entry.update(status="error", phase="store", line=f"{entry['a']}: {_died(exc)}")
+                    ranks[a]["stuck"] = True
+                    continue
                 spec = {"id": f"{number}.{i}", "store": store, "size": size, "iters": iters, "pings": 20,
                         "deadline": self.deadline}
                 calls.append((entry, a, b, [self.actors[a].pair.remote({**spec, "rank": 0}),
                                             self.actors[b].pair.remote({**spec, "rank": 1})]))
             for entry, a, b, refs in calls:
                 ready, _ = ray.wait(refs, num_returns=2, timeout=self._budget())
-                sides = [ray.get(r) if r in ready else None for r in refs]
+                sides = [_answer(ray, r, ranks[x]["label"]) if r in ready else None
+                         for r, x in zip(refs, (a, b), strict=True)]
                 self._pair_entry(entry, sides, ranks, a, b)
                 say(_pair_summary(entry))
 
@@ -251,7 +266,7 @@ class Check:
             named = [s for s in bad if s.get("line") and " -> " in s["line"].split(":")[0]]
             first = (named or bad)[0]
             entry.update(status=first["status"], phase=first["phase"],
-                         line=first.get("line") or f"{entry['a']} -> {entry['b']}: {first['phase']}: {first.get('error')}")
+                         line=first.get("line") or f"{first['label']} ({first['phase']}): {first.get('error')}")
             for r, s in zip((a, b), sides, strict=True):
                 if s["status"] == "no-progress" and self.report["backend"] == "nccl":
                     ranks[r]["stuck"] = True
@@ -294,11 +309,15 @@ class Check:
         if "status" in result:
             say(f"all-reduce: {result['status']} ({result['why']})")
             return
-        store = ray.get(self.actors[0].listen.remote(), timeout=self._budget())
+        try:
+            store = ray.get(self.actors[0].listen.remote(), timeout=self._budget())
+        except Exception as exc:  # noqa: BLE001
+            result.update(status="error", line=f"all-reduce: {ranks[0]['label']}: {_died(exc)}")
+            return
         spec = {"store": store, "size": size, "iters": iters, "deadline": self.deadline, "world": world}
         refs = [a.allreduce.remote({**spec, "rank": r["rank"]}) for a, r in zip(self.actors, ranks, strict=True)]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self._budget())
-        sides = [ray.get(r) if r in ready else None for r in refs]
+        sides = [_answer(ray, r, rank["label"]) if r in ready else None for r, rank in zip(refs, ranks, strict=True)]
         if any(s is None for s in sides):
             late = [r["label"] for r, s in zip(ranks, sides, strict=True) if s is None]
             result.update(status="no-progress", line=f"all-reduce over {world} ranks: no answer from "
@@ -333,6 +352,21 @@ class Check:
         if self.pg is not None:
             with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self.pg)
+
+
+def _died(exc: BaseException) -> str:
+    from rlrun.fabric.rank import one_line
+
+    return f"the rank is gone ({one_line(exc)})"
+
+
+def _answer(ray, ref, label: str) -> dict:
+    """A rank's answer; a rank that died meanwhile (NCCL's watchdog aborts a process whose collective hangs
+    past the group's timeout) answers as an error."""
+    try:
+        return ray.get(ref)
+    except Exception as exc:  # noqa: BLE001
+        return {"label": label, "status": "error", "phase": "?", "error": _died(exc)}
 
 
 def _pair_summary(entry: dict) -> str:

@@ -106,6 +106,7 @@ class Rank:
     """One rank of the check (a Ray actor): a node's first rank also describes the node."""
 
     def __init__(self, rank: int, address: str, label: str, backend: str):
+        self.started = time.time()  # when the actor's process got to it (the driver sees how long a start took)
         self.rank, self.address, self.label, self.backend = rank, address, label, backend
         self.env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
         self.logdir = tempfile.mkdtemp(prefix="rlrun-fabric-")
@@ -122,7 +123,7 @@ class Rank:
         import torch
 
         out = {"rank": self.rank, "address": self.address, "label": self.label, "pid": os.getpid(),
-               "hostname": socket.gethostname(), "env": self.env}
+               "hostname": socket.gethostname(), "env": self.env, "started": self.started}
         if self.backend == "nccl":
             torch.cuda.set_device(0)
             props = torch.cuda.get_device_properties(0)
@@ -137,6 +138,7 @@ class Rank:
                 except Exception:  # noqa: BLE001 - a torch without NCCL
                     versions["nccl"] = None
             out.update(versions=versions, interfaces=node_interfaces(), infiniband=node_infiniband())
+        out["described"] = time.time()
         return out
 
     def listen(self) -> tuple[str, int]:
@@ -330,41 +332,65 @@ def _latency(pg, rank: int, device, pings: int) -> float:
     return statistics.median(times) / 2 * 1e6
 
 
+TIMED_S = 2.0  # about how long a timed loop runs: fewer messages on a slow link, so it never nears the deadline
+
+
+def _count(one: float, most: int) -> int:
+    """How many messages to time, from the warm-up's seconds for one: at most `most`, about TIMED_S in all."""
+    return max(1, min(most, int(TIMED_S / max(one, 1e-6))))
+
+
 def _bandwidth(pg, rank: int, sender: int, device, size: int, iters: int) -> float | None:
-    """`sender` sends `size` bytes `iters` times (after one transfer to warm up), the receiver answers
-    with 1 byte; the sender's GB/s (None on the receiver)."""
+    """`sender` sends `size` bytes, the receiver answers with 1 byte: once to warm up (timed by the sender,
+    which then picks how many to time, at most `iters`, and tells the receiver), then that many back to back;
+    the sender's GB/s (None on the receiver)."""
     import torch
 
     buf = torch.zeros(size, dtype=torch.uint8, device=device)
     ack = torch.zeros(1, dtype=torch.uint8, device=device)
+    count = torch.ones(1, dtype=torch.int64, device=device)
     peer = 1 - rank
     for timed in (False, True):
+        n = int(count.item())
         t0 = time.perf_counter()
-        count = iters if timed else 1
         if rank == sender:
-            works = [pg.send([buf], peer, 1) for _ in range(count)]
+            works = [pg.send([buf], peer, 1) for _ in range(n)]
             for w in works:
                 _finish(w)
             _finish(pg.recv([ack], peer, 2))
         else:
-            works = [pg.recv([buf], peer, 1) for _ in range(count)]
+            works = [pg.recv([buf], peer, 1) for _ in range(n)]
             for w in works:
                 _finish(w)
             _finish(pg.send([ack], peer, 2))
         seconds = time.perf_counter() - t0
-    return size * iters / seconds / 1e9 if rank == sender else None
+        if not timed:
+            if rank == sender:
+                count.fill_(_count(seconds, iters))
+                _finish(pg.send([count], peer, 3))
+            else:
+                _finish(pg.recv([count], peer, 3))
+    return size * n / seconds / 1e9 if rank == sender else None
 
 
 def _allreduce(pg, device, size: int, iters: int) -> float:
-    """Seconds per all-reduce of `size` bytes of float32 (after one to warm up)."""
+    """Seconds per all-reduce of `size` bytes of float32: one to warm up, then as many as the slowest rank's
+    warm-up allows (at most `iters`, about TIMED_S in all; the ranks agree on the fewest)."""
     import torch
+    import torch.distributed as dist
 
     buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-    _finish(pg.allreduce([buf]))
     t0 = time.perf_counter()
-    for _ in range(iters):
+    _finish(pg.allreduce([buf]))
+    count = torch.tensor([_count(time.perf_counter() - t0, iters)], dtype=torch.int64, device=device)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MIN
+    _finish(pg.allreduce([count], opts))
+    n = int(count.item())
+    t0 = time.perf_counter()
+    for _ in range(n):
         _finish(pg.allreduce([buf]))
-    return (time.perf_counter() - t0) / iters
+    return (time.perf_counter() - t0) / n
 
 
 def _shutdown(pg) -> None:

@@ -1,6 +1,7 @@
 """Multi-node for real: three hosts made of network namespaces (lab 52), each with
 its own address, port space and sshd; the playbooks reach them over SSH and the
-Ray nodes talk over TCP. Preflight before and while the cluster runs, and the
+Ray nodes talk over TCP. Preflight before and while the cluster runs, `rlrun check --fabric` on the
+healthy cluster and with one link blocked by nftables (the trainer's groups name it too), and the
 safety behaviours: a re-run under a running job, a change to one worker, a
 worker killed by a signal, teardown beside a second cluster on the same hosts."""
 
@@ -14,12 +15,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rlrun.dashboard import list_nodes
+from rlrun.dashboard import get_json, list_nodes
 from tests.conftest import BIN, ansible_env, playbook, rlrun, write_inventory
 from tests.lab.inventory import set_host_vars, write_cluster_inventory
 from tests.lab.netns import Lab
@@ -159,6 +161,159 @@ def test_preflight_passes_on_the_running_cluster(cluster_a):
     check = rlrun(cluster_a, "check", timeout=600)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
     assert "no problems on 3 hosts" in check.stdout
+
+
+# --- rlrun check --fabric (issue 32) and the trainer's collective deadlines --------------------------------
+FABRIC_JOB = """
+import sys, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from trainer.actors.group import DistributedWorker
+ray.init()
+nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+class Member(DistributedWorker):
+    def join_sync(self, addr, port):
+        from trainer.sync import make_sync_group
+        make_sync_group(addr, port, self.rank, 2, "gloo", master_listen_fd=self.take_listen_fd(port))
+W = ray.remote(num_cpus=0)(Member)
+runs = []
+for name, method in (("GROUP", "init_process_group"), ("SYNC", "join_sync")):
+    ws = [W.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[ip], soft=False)).remote(r, 2)
+          for r, ip in enumerate(sys.argv[1:3])]
+    addr, port = ray.get(ws[0].rendezvous_address.remote())
+    args = (addr, port, "gloo") if name == "GROUP" else (addr, port)
+    runs.append((name, time.monotonic(), [getattr(w, method).remote(*args) for w in ws]))
+for name, t0, refs in runs:
+    try:
+        ray.get(refs)
+        print(name, "formed", flush=True)
+    except Exception as exc:
+        print(name, f"{time.monotonic() - t0:.0f} s:", str(exc).strip().splitlines()[-1], flush=True)
+"""
+
+
+def _fabric_gone(lab: Lab, inv: Path, dirs_before: set[str], timeout: float) -> list[str]:
+    """Wait until the fabric check's (and the groups job's) ranks are gone; what is left then."""
+    deadline = time.monotonic() + timeout
+    while (left := _fabric_left(lab, inv, dirs_before)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left
+
+
+def _fabric_left(lab: Lab, inv: Path, dirs_before: set[str]) -> list[str]:
+    """What the fabric checks left: rank processes in the lab, live actors or placement groups of theirs,
+    their NCCL log dirs in /tmp (empty: nothing)."""
+    left = [f"{host}: {row}" for host, rows in _only_sshd_left(lab).items() for row in rows
+            if "ray::Rank" in row or "ray::Member" in row]
+    state = f"{_dashboard(A_PORT)}/api/v0"
+    actors = get_json(f"{state}/actors?limit=1000", _token(inv, A))["data"]["result"]["result"]
+    left += [f"actor {a['class_name']} {a['state']}" for a in actors
+             if a["class_name"] in ("Rank", "Member") and a["state"] != "DEAD"]
+    groups = get_json(f"{state}/placement_groups?limit=1000", _token(inv, A))["data"]["result"]["result"]
+    left += [f"placement group {g['name']} {g['state']}" for g in groups
+             if g["name"] == "rlrun-fabric-check" and g["state"] != "REMOVED"]
+    left += sorted({str(p) for p in Path("/tmp").glob("rlrun-fabric-*")} - dirs_before)
+    return left
+
+
+def _run_groups(lab: Lab, inv: Path, job: str, a: str, b: str) -> subprocess.CompletedProcess:
+    """Run FABRIC_JOB as job `job` (a trainer group and a weight-sync group between nodes a and b, deadline
+    10 s) and follow it to its end."""
+    workdir = lab.dir / "fabric-job"
+    workdir.mkdir(exist_ok=True)
+    (workdir / "groups.py").write_text(FABRIC_JOB)
+    return rlrun(inv, "submit", "--follow", "--submission-id", job, "--working-dir", str(workdir),
+                 "--env", "RLRUN_COLLECTIVE_DEADLINE_S=10", "--env", "RAY_IGNORE_UNHANDLED_ERRORS=1", "--",
+                 "python", "groups.py", a, b)
+
+
+def test_fabric_check_measures_every_pair_of_nodes_and_leaves_nothing(lab, cluster_a):
+    dirs = {str(p) for p in Path("/tmp").glob("rlrun-fabric-*")}
+    started = time.monotonic()
+    check = rlrun(cluster_a, "check", "--fabric", "--json", timeout=300)
+    took = time.monotonic() - started
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    report = json.loads(check.stdout)
+    assert report["backend"] == "gloo" and report["cluster"] == A
+    assert sorted(n["address"] for n in report["nodes"]) == sorted(HOSTS.values())
+    ips = sorted(HOSTS.values())
+    assert [(p["a"], p["b"]) for p in report["pairs"]] == [(ips[0], ips[1]), (ips[0], ips[2]), (ips[1], ips[2])]
+    for pair in report["pairs"]:
+        # gloo's own sockets of the pair, seen from both ends: on eth0 (GLOO_SOCKET_IFNAME of the inventory)
+        assert (pair["status"], pair["transport"], pair["interface"]) == ("ok", "gloo/TCP", "eth0"), pair
+        assert pair["gbps"]["a->b"] > 0 and pair["gbps"]["b->a"] > 0 and pair["latency_us"] > 0, pair
+        assert re.fullmatch(rf"{re.escape(pair['a'])}:\d+ \(eth0\) <-> {re.escape(pair['b'])}:\d+ \(eth0\)",
+                            pair["evidence"][0]), pair
+    assert report["allreduce"]["status"] == "ok" and report["allreduce"]["ranks"] == 3
+    assert report["allreduce"]["busbw_gbps"] > 0
+    node = next(n for n in report["nodes"] if n["address"] == HOSTS["head"])
+    assert node["env"]["GLOO_SOCKET_IFNAME"] == "eth0" and node["interfaces"]["eth0"]["addresses"] == [HOSTS["head"]]
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    assert took < 90, f"rlrun check --fabric took {took:.0f} s on 3 healthy nodes (target: <= 60 s on 2)"
+    assert _fabric_gone(lab, cluster_a, dirs, 30) == []
+
+
+def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_trainers_groups(lab, cluster_a):
+    """worker2 drops new TCP connections to and from the head on the kernel's ephemeral ports (where gloo
+    listens; Ray's pinned ports and the rendezvous range stay open, so Ray itself carries on): the check
+    names that link, both nodes and the interface, within 60 s, and still measures the two healthy pairs; the
+    trainer's group formation (trainer/actors/group.py) and the weight-sync group (trainer/sync.py) name it
+    too, after their deadline. Nothing of either is left running."""
+    dirs = {str(p) for p in Path("/tmp").glob("rlrun-fabric-*")}
+    low, high = lab.exec("worker2", ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()
+    head = HOSTS["head"]
+    rules = (f"table inet fabric_test {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n"
+             f"  ip saddr {head} tcp dport {low}-{high} ct state new drop\n }}\n"
+             f" chain output {{\n  type filter hook output priority 0; policy accept;\n"
+             f"  ip daddr {head} tcp dport {low}-{high} ct state new drop\n }}\n}}\n")
+    subprocess.run(["ip", "netns", "exec", lab.netns("worker2"), "nft", "-f", "/dev/stdin"], input=rules, text=True,
+                   check=True)
+    job, pool, groups = f"fabric-groups-{os.getpid()}-{int(time.time())}", ThreadPoolExecutor(max_workers=1), None
+    try:
+        started = time.monotonic()
+        proc = subprocess.Popen([str(BIN / "rlrun"), "-i", str(cluster_a), "check", "--fabric", "--deadline", "15"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(),
+                                cwd=Path(__file__).resolve().parents[2])
+        named, progress, link = None, [], re.compile(
+            rf"({re.escape(head)} -> {re.escape(HOSTS['worker2'])}|{re.escape(HOSTS['worker2'])} -> {re.escape(head)})"
+            r": no progress in 15 s \(gloo on eth0; GLOO_SOCKET_IFNAME=eth0\)")
+        for line in proc.stderr:  # the progress lines, as they come
+            progress.append(f"{time.monotonic() - started:5.1f} s: {line.rstrip()}")
+            if named is None and link.search(line):
+                named = time.monotonic() - started
+            if groups is None and "ranks up:" in line:  # the check's ranks run: the groups' job starts meanwhile
+                groups = pool.submit(_run_groups, lab, cluster_a, job, head, HOSTS["worker2"])
+        out, _ = proc.communicate(timeout=300)
+        # Within the deadline: the pair's line comes at most 15 s (+ the probes) after the test before it ended
+        # (rounds run one after the other). Within 60 s of `rlrun check` starting is the target on a quiet
+        # machine (docs/fabric.md has the figures); 120 s bounds it here, where other work shares the 2 cores
+        # (without deadlines the pair would wait for gloo's 30-minute timeout).
+        hang = next((i for i, line in enumerate(progress) if link.search(line)), len(progress))
+        job_times = [float(m.group(1)) for line in progress[: hang + 1]
+                     if (m := re.search(r"\[ *([\d.]+) s\]", line))]
+        assert len(job_times) >= 2 and job_times[-1] - job_times[-2] <= 15 + 3 * 3 + 2, "\n".join(progress)
+        assert named is not None and named <= 120, "\n".join(progress)
+        assert proc.returncode == 1, out[-3000:]
+        table = " ".join(out.split())
+        assert re.search(rf"error link {re.escape(head)} <-> {re.escape(HOSTS['worker2'])} " + link.pattern, table), out
+        for a, b in (("head", "worker1"), ("worker1", "worker2")):
+            assert re.search(rf"{re.escape(HOSTS[a])} <-> {re.escape(HOSTS[b])} inter gloo/TCP eth0 [\d.]+ [\d.]+ "
+                             r"\d+ ok", table), out
+        assert "all-reduce over 3 ranks: skipped (1 pair test failed" in table, out
+        assert groups is not None, "\n".join(progress)
+        # The trainer's groups over the same link (their job started once the check's ranks were up).
+        followed = groups.result(timeout=300)
+        assert followed.returncode == 0 and f"job {job}: SUCCEEDED" in followed.stderr, followed.stderr[-3000:]
+        log = rlrun(cluster_a, "logs", job).stdout
+        for name in ("GROUP", "SYNC"):  # after actor start-up (and deepspeed's import), far from the 30 min
+            found = re.search(rf"^{name} (\d+) s: trainer\.collective_deadline\.NoProgress: " + link.pattern.replace(
+                "15 s", "10 s"), log, re.M)
+            assert found and int(found.group(1)) < 120, log[-3000:]
+    finally:
+        lab.exec("worker2", ["nft", "delete", "table", "inet", "fabric_test"], check=False)
+        if groups is not None and not groups.done():
+            rlrun(cluster_a, "stop", job)
+        pool.shutdown(wait=True)
+    assert _fabric_gone(lab, cluster_a, dirs, 60) == []
 
 
 def test_preflight_reports_every_problem_in_one_table(lab, cluster_a, tmp_path):

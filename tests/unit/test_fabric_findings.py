@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,16 @@ def test_rounds_never_put_a_rank_in_two_pairs_and_cover_every_pair():
     assert len(rounds) <= 7  # 5 would be optimal for 6 nodes; greedy stays close
 
 
+def test_timed_loops_shrink_on_slow_links_so_they_never_near_the_deadline():
+    from rlrun.fabric.rank import TIMED_S, _count
+
+    assert TIMED_S == 2.0
+    assert _count(0.001, 10) == 10  # fast: the most asked for
+    assert _count(0.5, 10) == 4  # about 2 s in all
+    assert _count(9.0, 10) == 1  # slow: one message, never none
+    assert _count(0.0, 5) == 5
+
+
 def test_the_table_shows_pairs_all_reduce_and_findings():
     full = {"cluster": "c", "job_id": "rlrun-probe-fabric-x", "backend": "nccl", "deadline_s": 30.0, "seconds": 12.3,
             "size_bytes": 256 << 20, "ranks": [{}] * 4, "nodes": [{}] * 2, "skipped_nodes": [],
@@ -202,6 +213,24 @@ def test_parse_report_takes_the_last_fabric_line():
     assert check.parse_report("Traceback ...") is None
 
 
+def test_the_inventorys_interface_names_per_node_address(tmp_path):
+    """check.inventory_interfaces: roles/accel_env's variables as Ansible reads the inventory (group_vars,
+    host_vars, templates), keyed by each host's cluster__node_address; unset ones are None."""
+    from rlrun.inventory import load_cluster
+    from tests.conftest import write_inventory
+
+    inv = write_inventory(tmp_path, "ifc", "127.0.0.9", 9300,
+                          group_vars={"accel_env__nccl_socket_ifname": "{{ 'en' ~ 'p' }}"},
+                          workers={"w1": {"ansible_connection": "local", "cluster__node_address": "127.0.0.10",
+                                          "accel_env__gloo_socket_ifname": "eth1"}})
+    got = check.inventory_interfaces(load_cluster(inv))
+    assert got == {"127.0.0.9": {"NCCL_SOCKET_IFNAME": "enp", "GLOO_SOCKET_IFNAME": "lo"},
+                   "127.0.0.10": {"NCCL_SOCKET_IFNAME": "enp", "GLOO_SOCKET_IFNAME": "eth1"}}
+    bare = write_inventory(tmp_path / "bare", "ifd", "127.0.0.9", 9300, group_vars={"accel_env__gloo_socket_ifname": None})
+    assert check.inventory_interfaces(load_cluster(bare)) == {
+        "127.0.0.9": {"NCCL_SOCKET_IFNAME": None, "GLOO_SOCKET_IFNAME": None}}
+
+
 # --- what the job is shipped with ----------------------------------------------------------------------------
 def _imports(path: Path, everywhere: bool) -> set[str]:
     """The rlrun / trainer modules `path` imports: at module level, or `everywhere` (functions included)."""
@@ -226,3 +255,28 @@ def test_every_project_module_the_job_imports_is_shipped_with_it(tmp_path):
     out = check.ship(tmp_path)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*.py")) == sorted(check.SHIPPED)
     assert check.JOB_PREFIX.startswith("rlrun-probe-")  # `rlrun list` leaves it out with the other probes
+
+
+def test_the_gpu_verdict_wants_p2p_within_a_node_and_sockets_between(tmp_path):
+    """bench/gpu/fabric_verdict.py on the x4 miniature's shape: PASS only with P2P/CUMEM inside each node and
+    NET/Socket between them; a pair on another transport, or a kind of pair missing, fails it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fabric_verdict", PROJECT / "bench" / "gpu" / "fabric_verdict.py")
+    verdict = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(verdict)
+    pairs = [_pair("127.0.0.7 gpu0", "127.0.0.8 gpu2", 3.0, "NET/Socket", "lo", evidence=["... via NET/Socket/0"]),
+             _pair("127.0.0.7 gpu0", "127.0.0.7 gpu1", 150.0, "P2P/CUMEM", None, "intra"),
+             _pair("127.0.0.8 gpu2", "127.0.0.8 gpu3", 150.0, "P2P/CUMEM", None, "intra")]
+    report = {"pairs": pairs, "allreduce": {"status": "ok", "busbw_gbps": 5.0}, "findings": [], "seconds": 20}
+    lines, evidence, passed = verdict.verdict("x4", report)
+    assert passed and lines[-1] == "PASS" and "# 127.0.0.7 gpu0 <-> 127.0.0.8 gpu2 (inter)" in evidence
+    shm = copy.deepcopy(report)
+    shm["pairs"][2]["transport"] = "SHM"
+    lines, _, passed = verdict.verdict("x4", shm)
+    assert not passed and lines[2].startswith("FAIL 127.0.0.8 gpu2 <-> 127.0.0.8 gpu3 (intra): SHM")
+    lines, _, passed = verdict.verdict("x4", {**report, "pairs": pairs[:1]})
+    assert not passed and "FAIL: no intra pair in the report" in lines
+    (tmp_path / "fabric.json").write_text(json.dumps(report))
+    assert verdict.main(["fabric_verdict.py", "x4", str(tmp_path)]) == 0
+    assert (tmp_path / "verdict.txt").read_text().endswith("PASS\n")
