@@ -19,11 +19,15 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import click
+from rich.console import Console
+
 from rlrun.contract import open_contract
 from rlrun.errors import RlrunError
 from rlrun.fabric.findings import Finding, evaluate, has_errors
 from rlrun.fabric.job import FABRIC_TAG, PROGRESS
 from rlrun.inventory import PROJECT_DIR
+from rlrun.jobs import build_runtime_env
 from rlrun.probe import PROBE_JOB_PREFIX
 
 # The job's working dir: these files and nothing else (tests/unit/test_fabric_findings.py checks that every
@@ -58,7 +62,6 @@ def parse_report(log: str) -> dict | None:
 
 def run(jobs, req: dict, max_time: float, progress: Callable[[str], None]) -> tuple[str, dict]:
     """Submit the fabric job, show its progress lines, wait for its report; (job id, report)."""
-    from rlrun.jobs import build_runtime_env
 
     job_id = f"{JOB_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="rlrun-fabric-") as tmp:
@@ -157,7 +160,6 @@ def render(full: dict, findings: list[Finding]) -> str:
 def fabric_options(command):
     """The options `rlrun check` takes for --fabric (rlrun/commands/cluster.py adds them with this one decorator;
     --json is the command's own)."""
-    import click
 
     for option in reversed([
         click.option("--fabric", is_flag=True, help="Instead of the preflight: run collectives across the live "
@@ -179,8 +181,6 @@ def run_fabric(obj, max_time: float, fabric: bool, as_json: bool, deadline: floa
                size_mib: float | None) -> bool:
     """`rlrun check --fabric`: run it, print it, exit 1 (RlrunError) on an error-level finding; True when it
     ran, False without --fabric (the preflight then runs)."""
-    import click
-    from rich.console import Console
 
     if not fabric:
         given = [name for name, on in (("--deadline", deadline != DEFAULT_DEADLINE_S),

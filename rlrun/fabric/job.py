@@ -95,12 +95,14 @@ class Check:
         self.actors: list = []
 
     def run(self) -> dict:
+        # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
         import ray
 
         t0 = time.monotonic()
         try:
             self._run(ray)
         except Exception as exc:  # noqa: BLE001 - reported, never a traceback instead of a report
+            # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
             from rlrun.fabric.rank import one_line
 
             self.report["problems"].append({"check": "job", "message": one_line(exc),
@@ -139,6 +141,7 @@ class Check:
         self._allreduce(ray, ranks, size, iters)
 
     def _place(self, ray, members: list[dict], ranks: list[dict], backend: str) -> bool:
+        # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
         from ray.util.placement_group import placement_group
 
         bundles = []
@@ -157,6 +160,7 @@ class Check:
             return True
         free = {}
         try:
+            # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
             from ray._private.state import available_resources_per_node
 
             free = available_resources_per_node()
@@ -176,8 +180,10 @@ class Check:
         return False
 
     def _start(self, ray, members: list[dict], ranks: list[dict], backend: str) -> None:
+        # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
         from rlrun.fabric.rank import Rank
 
         remote = ray.remote(Rank)
@@ -250,6 +256,7 @@ class Check:
                 say(_pair_summary(entry))
 
     def _pair_entry(self, entry: dict, sides: list[dict | None], ranks: list[dict], a: int, b: int) -> None:
+        # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
         from rlrun.fabric.nccl_log import between, main_transport, parse
 
         # each side as it answered, without its raw NCCL lines (the evidence below keeps the telling ones)
@@ -333,6 +340,7 @@ class Check:
             algbw = size / seconds / 1e9
             result.update(status="ok", seconds=seconds, algbw_gbps=algbw, busbw_gbps=algbw * 2 * (world - 1) / world)
         if self.report["backend"] == "nccl":
+            # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
             from rlrun.fabric.nccl_log import parse
 
             lines = [line for s in sides if s for line in s.get("nccl", [])]
@@ -355,6 +363,7 @@ class Check:
 
 
 def _died(exc: BaseException) -> str:
+    # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
     from rlrun.fabric.rank import one_line
 
     return f"the rank is gone ({one_line(exc)})"
@@ -380,6 +389,7 @@ def _pair_summary(entry: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
+    # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
     import ray
 
     if len(argv) != 2:

@@ -37,6 +37,7 @@ def _read(path: str) -> str | None:
 def node_interfaces() -> dict[str, dict]:
     """Every interface: operstate, link speed in Mb/s (None where the kernel has none: lo, veth on old
     kernels), MTU, IPv4 addresses."""
+    # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
     from trainer.collective_deadline import interface_addresses
 
     addresses = interface_addresses()
@@ -117,8 +118,10 @@ class Rank:
                               NCCL_DEBUG_FILE=os.path.join(self.logdir, "nccl.%p.log"))
 
     def describe(self, full: bool) -> dict:
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import platform
 
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import ray
         import torch
 
@@ -144,6 +147,7 @@ class Rank:
     def listen(self) -> tuple[str, int]:
         """(address, port) of a store this rank will host: a port of the cluster's rendezvous range
         ($RLRUN_RENDEZVOUS_PORTS, as the trainer's groups), listening from now on."""
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         from trainer.actors.group import rendezvous_listener
 
         sock = rendezvous_listener(self.address)
@@ -152,8 +156,10 @@ class Rank:
         return self.address, port
 
     def _store(self, spec: dict, world: int):
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import datetime
 
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import torch.distributed as dist
 
         host, port = spec["store"]
@@ -179,8 +185,10 @@ class Rank:
         return lines[offset:], lines
 
     def _group(self, spec: dict, world: int, store):
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import datetime
 
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         import torch
         import torch.distributed as dist
 
@@ -194,6 +202,7 @@ class Rank:
 
     def pair(self, spec: dict) -> dict:
         """One side of a pair test (spec: id, rank 0|1, store, peer, size, iters, deadline); never raises."""
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         from trainer.collective_deadline import GroupWatch, NoProgress
 
         out: dict = {"rank": self.rank, "label": self.label, "status": "ok", "phase": None}
@@ -239,6 +248,7 @@ class Rank:
 
     def allreduce(self, spec: dict) -> dict:
         """One rank's part of the all-reduce across every rank; never raises."""
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         from trainer.collective_deadline import GroupWatch, NoProgress
 
         out: dict = {"rank": self.rank, "label": self.label, "status": "ok", "phase": None}
@@ -278,6 +288,7 @@ class Rank:
             using = [line for line in every if " : Using " in line or "Using network" in line
                      or "NCCL version" in line]
             return {"nccl": list(dict.fromkeys(using + since))}
+        # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
         from trainer.collective_deadline import interface_addresses, interface_of
 
         addresses = interface_addresses()
@@ -309,6 +320,7 @@ def _finish(work) -> None:
 
 def _exchange(pg, rank: int, n: int, device, ping: bool) -> None:
     """Rank 0 sends n bytes to rank 1 (and back with `ping`)."""
+    # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
     import torch
 
     buf = torch.zeros(n, dtype=torch.uint8, device=device)
@@ -344,6 +356,7 @@ def _bandwidth(pg, rank: int, sender: int, device, size: int, iters: int) -> flo
     """`sender` sends `size` bytes, the receiver answers with 1 byte: once to warm up (timed by the sender,
     which then picks how many to time, at most `iters`, and tells the receiver), then that many back to back;
     the sender's GB/s (None on the receiver)."""
+    # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
     import torch
 
     buf = torch.zeros(size, dtype=torch.uint8, device=device)
@@ -376,6 +389,7 @@ def _bandwidth(pg, rank: int, sender: int, device, size: int, iters: int) -> flo
 def _allreduce(pg, device, size: int, iters: int) -> float:
     """Seconds per all-reduce of `size` bytes of float32: one to warm up, then as many as the slowest rank's
     warm-up allows (at most `iters`, about TIMED_S in all; the ranks agree on the fewest)."""
+    # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
     import torch
     import torch.distributed as dist
 
@@ -399,6 +413,7 @@ def _shutdown(pg) -> None:
 
 
 def _transport(lines: list[str]) -> str | None:
+    # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
     from rlrun.fabric.nccl_log import main_transport, parse
 
     return main_transport(parse(lines).channels)

@@ -28,7 +28,9 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 def test_rlrun_modules_import_without_circles():
     paths = {_module(p): p for p in PACKAGE.rglob("*.py")}
-    graph = {name: _imports(path, set(paths)) for name, path in paths.items()}
+    # a module that imports itself by name under `if __name__ == "__main__"` (rlrun.fabric.job: its actors'
+    # class must be pickled by module name, not as __main__'s) is no circle between modules
+    graph = {name: _imports(path, set(paths)) - {name} for name, path in paths.items()}
     assert "rlrun.dashboard" in graph["rlrun.nodecheck"]  # the check sees real edges
     done: set[str] = set()
 
