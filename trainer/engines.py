@@ -19,7 +19,7 @@ import math
 import os
 from typing import Any
 
-from trainer.deadlines import StartupTimeout, describe_pending, wait_all
+from trainer.deadlines import wait_all
 from trainer.experience import shard
 from trainer.placement import Plan
 
@@ -197,5 +197,3 @@ class Engines:
     def __len__(self) -> int:
         return len(self.handles)
 
-
-__all__ = ["Engines", "RETRIEVER_TOKEN_ENV", "StartupTimeout", "describe_pending", "engine_batch", "vllm_kwargs"]

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.reward.client import RewardBatch
+
 
 @dataclass
 class Rollout:
@@ -93,8 +95,6 @@ def collect(trainer: Any, step: int) -> Rollout:
                 rewards += scored.rewards[g * n:(g + 1) * n]
         if len(prompts) >= want:
             break
-    from trainer.reward.client import RewardBatch
-
     metrics = {"timing/generate": t_gen, "timing/score": t_score}
     if cfg.dynamic_filtering:
         metrics.update({"dynamic_filtering/filtered_share": dropped / max(drawn, 1),
