@@ -26,13 +26,14 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 
-def command(preset: str, workdir: Path, steps: int, metrics: Path) -> list[str]:
+def command(preset: str, workdir: Path, steps: int, metrics: Path, sets: list[str] = ()) -> list[str]:
     from rlrun import presets as P
+    from rlrun.trainer_command import flag_args
 
     cfg = P.build_config(P.load_preset(preset, P.preset_dirs()),
-                         P.parse_sets([f"max_steps={steps}", "reward_fn=math_verify", "remote_rm_url="]),
+                         P.parse_sets([f"max_steps={steps}", "reward_fn=math_verify", "remote_rm_url=", *sets]),
                          {"workdir": str(workdir), "reward_url": ""})
-    return [sys.executable, "-m", "trainer.train_ppo_ray", *P.flag_args(cfg), "--metrics_path", str(metrics)]
+    return [sys.executable, "-m", "trainer.train_ppo_ray", *flag_args(cfg), "--metrics_path", str(metrics)]
 
 
 def first_reaching(rewards: list[float], target: float, window: int) -> int | None:
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.85)
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--out", default=None, help="a JSON summary here")
+    p.add_argument("--async-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a flag of the async run only (e.g. is_correction=icepop), as rlrun's --set")
+    p.add_argument("--sync-reached", type=int, default=None,
+                   help="the synchronous run's step (from an earlier run of this bench): skip that run")
     args = p.parse_args(argv)
     from rlrun import presets as P
 
@@ -64,11 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)  # a private local Ray per run
     results = {}
+    if args.sync_reached is not None:
+        results["tiny-rloo"] = {"reached": args.sync_reached, "given": True}
     for preset in ("tiny-rloo", "tiny-rloo-async"):
+        if preset in results:
+            continue
         metrics = work / f"{preset}.jsonl"
         t0 = time.monotonic()
-        done = subprocess.run(command(preset, work, args.steps, metrics), cwd=PROJECT, env=env, capture_output=True,
-                              text=True)
+        sets = args.async_set if preset.endswith("async") else []
+        done = subprocess.run(command(preset, work, args.steps, metrics, sets), cwd=PROJECT, env=env,
+                              capture_output=True, text=True)
         secs = time.monotonic() - t0
         if done.returncode != 0:
             print(f"{preset}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
