@@ -14,7 +14,7 @@ import pytest
 
 from rlrun.slurm.ports import block_for_job
 from rlrun.slurm.script import JobOptions, render
-from rlrun.slurm.spec import PORT_VARS, evaluate, substitute
+from rlrun.slurm.spec import PORT_VARS, evaluate, ph, substitute
 from tests.conftest import BIN, PROJECT, ansible_env, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -90,9 +90,13 @@ def test_the_slurm_script_starts_what_the_roles_start(tmp_path):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="unreachable: make test installs shellcheck")
 def test_rendered_scripts_pass_shellcheck(tmp_path):
-    """Batch and long-lived, CPU and AMD: shellcheck finds nothing (warnings included)."""
+    """Batch (plain and --requeue) and long-lived, CPU and AMD: shellcheck finds nothing (warnings included)."""
     amd = write_inventory(tmp_path, "amdsc", "10.77.0.11", 21000, group_vars=SEED_AMD)
+    requeue = JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"], requeue=True,
+                         ckpt_args=["--set", f"ckpt_path={ph('JOB_CKPT')}"], resume_args=["--set", "load_checkpoint=true"],
+                         ckpt_shown=ph("JOB_CKPT"))
     for inv, opts in ((PROJECT / "inventory", JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"])),
+                      (PROJECT / "inventory", requeue),
                       (amd, JobOptions(nodes=2, gpus_per_node=8, cluster_dir=tmp_path / "c", partition="mi300"))):
         script = tmp_path / "job.sbatch"
         script.write_text(render(evaluate(inv), opts))
