@@ -58,7 +58,7 @@ def from_target(jobs_factory, target: str) -> Resume:
     entry = shlex.split(info.entrypoint or "")
     argv = trainer_command.trainer_argv(entry)
     if argv is None:
-        raise RlrunError(f"job {target} runs {shlex.join(entry[:3]) or 'nothing'}..., not the trainer "
+        raise RlrunError(f"job {target} runs {shlex.join(entry[:2]) or 'nothing'} ..., not the trainer "
                          f"(python -m trainer.train_ppo_ray): it has no checkpoints to resume")
     cfg = trainer_command.config_from_argv(argv)
     runtime_env = info.runtime_env or {}
