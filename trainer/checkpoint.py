@@ -238,15 +238,35 @@ def save(root: Path, tag: str, groups: dict[str, Any], client: dict[str, Any], *
     if not tag or "/" in tag or tag.startswith(".") or tag == LATEST:
         raise CheckpointError(f"checkpoint tag {tag!r}: expected a plain directory name (not {LATEST!r}, no '/', "
                               "not starting with '.')")
-    import ray
-
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(f"{TMP_PREFIX}*"):  # a job that ended mid-write left it: nothing will finish it
         if stale.is_dir():
             log(f"removing {stale}: an unfinished checkpoint write of an earlier job")
             shutil.rmtree(stale, ignore_errors=True)
+        else:  # a `latest` being replaced
+            stale.unlink(missing_ok=True)
     tmp = root / f"{TMP_PREFIX}{tag}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    try:
+        _write(tmp, tag, groups, client, hf, log)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save leaves nothing behind (a killed one: the next save)
+        raise
+    target = root / tag
+    _replace_dir(tmp, target)
+    if latest:
+        replace_file(root / LATEST, tag)
+    if keep:
+        prune(root, keep, log)
+    return target
+
+
+def _write(tmp: Path, tag: str, groups: dict[str, Any], client: dict[str, Any], hf: Any,
+           log: Callable[[str], None]) -> None:
+    """Everything of checkpoint ``tag`` into ``tmp``: the ranks' files, the HF model, the client state, and
+    last the marker; all fsync'd."""
+    import ray
+
     refs = {name: group.async_run("save_checkpoint", str(tmp), name) for name, group in groups.items()}
     marker: dict[str, Any] = {"version": MARKER_VERSION, "tag": tag, "step": int(client.get("step", 0)),
                               "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "groups": {}}
@@ -262,13 +282,6 @@ def save(root: Path, tag: str, groups: dict[str, Any], client: dict[str, Any], *
     write_file(tmp / CLIENT_STATE, json.dumps(client, indent=1, sort_keys=True))
     write_file(tmp / MARKER, json.dumps(marker, indent=1))
     fsync_path(tmp)
-    target = root / tag
-    _replace_dir(tmp, target)
-    if latest:
-        replace_file(root / LATEST, tag)
-    if keep:
-        prune(root, keep, log)
-    return target
 
 
 def _test_pause(tag: str, tmp: Path, log: Callable[[str], None]) -> None:
@@ -319,7 +332,7 @@ def load(found: Found, groups: dict[str, Any], *, universal: bool = False,
     for name, group in groups.items():
         saved = found.saved_world_size(name)
         now = group.spec.world_size
-        if universal or (saved is not None and saved != now):
+        if saved is not None and (universal or saved != now):  # None: ZeRO stage 0, whole on every rank
             source = ensure_universal(found, name, group)
             log(f"checkpoint {found.tag}: {name} saved by {saved or '?'} rank(s), loading on {now} from DeepSpeed's "
                 f"universal checkpoint {source}")
