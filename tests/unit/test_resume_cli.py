@@ -132,3 +132,23 @@ def test_cli_requeue_refuses_a_job_without_checkpoints_and_renders_one_with(tmp_
     # tiny-rloo's --ckpt_path is {workdir}/build/tiny/rloo/ckpt: absolute, so every run finds it as it is
     assert "JOB_CKPT" not in text and "args+=(--set load_checkpoint=true)" in text
     assert f"complete checkpoint in\" {tmp_path}/build/tiny/rloo/ckpt" in text
+
+
+def test_a_port_left_in_time_wait_by_the_earlier_run_is_free_a_listening_one_is_not():
+    """What a requeued job meets on its nodes: its first run's connections in TIME_WAIT on its ports."""
+    import socket
+
+    from rlrun.slurm.runtime import port_free
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    with pytest.raises(RlrunError, match=f"port 127.0.0.1:{port} of this job's block is taken"):
+        port_free("127.0.0.1", port)
+    accepted.close()  # the server's side closes first: its end of the connection stays in TIME_WAIT
+    client.close()
+    server.close()
+    with socket.socket() as plain, pytest.raises(OSError):  # what the check did before: refused
+        plain.bind(("127.0.0.1", port))
+    port_free("127.0.0.1", port)
