@@ -92,32 +92,43 @@ def parse_probe_log(text: str) -> dict | None:
 
 def run_probe(jobs, request: dict, timeout: float = 120.0) -> dict:
     """Submit the probe job, wait for it, return its findings; the job is deleted afterwards."""
-    # Not at the top: this file's source runs on the head as the probe job, where rlrun may not be importable
-    # (only the standard library and Ray are used there).
-    from rlrun.errors import RlrunError
-
     source = Path(__file__).read_text(encoding="utf-8")
-    job_id = f"{PROBE_JOB_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     request = {**request, "timeout": timeout / 2}
-    jobs.submit(["python", "-c", source, json.dumps(request)], {}, job_id, metadata={"rlrun": "probe"})
+    job_id, status, logs = run_short_job(jobs, ["python", "-c", source, json.dumps(request)], {}, "probe", timeout)
+    found = parse_probe_log(logs) if status == "SUCCEEDED" else None
+    if found is None:
+        # Not at the top: this file's source runs on the head as the probe job, where rlrun may not be importable
+        # (only the standard library and Ray are used there).
+        from rlrun.errors import RlrunError
+
+        tail = "\n".join(logs.strip().splitlines()[-15:])
+        raise RlrunError(f"the probe job {job_id} ended {status} without findings; its log ends:\n{tail}\n"
+                         "(skip the cluster checks with --no-check)")
+    return found
+
+
+def run_short_job(jobs, entrypoint: list[str], runtime_env: dict, what: str, timeout: float = 120.0
+                  ) -> tuple[str, str, str]:
+    """Run a short look-around job (``rlrun list`` hides it) to its end: (job id, final status, log); the job is
+    deleted afterwards. Past ``timeout`` it is stopped and the error names ``what`` it was for."""
+    from rlrun.errors import RlrunError  # as in run_probe
+
+    kind = "" if what == "probe" else f"{what}-"
+    job_id = f"{PROBE_JOB_PREFIX}{kind}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    jobs.submit(entrypoint, runtime_env, job_id, metadata={"rlrun": what})
     deadline = time.monotonic() + timeout
     status = jobs.status(job_id)
     while status not in ("SUCCEEDED", "FAILED", "STOPPED"):
         if time.monotonic() > deadline:
             jobs.stop(job_id)
-            raise RlrunError(f"the probe job {job_id} did not finish within {timeout:.0f} s (is the cluster busy "
+            raise RlrunError(f"the {what} job {job_id} did not finish within {timeout:.0f} s (is the cluster busy "
                              "or a node unresponsive?); skip the cluster checks with --no-check")
         time.sleep(0.5)
         status = jobs.status(job_id)
     logs = jobs.logs(job_id)
-    found = parse_probe_log(logs) if status == "SUCCEEDED" else None
-    with contextlib.suppress(Exception):  # a leftover probe job is harmless
+    with contextlib.suppress(Exception):  # a leftover look-around job is harmless
         jobs.client.delete_job(job_id)
-    if found is None:
-        tail = "\n".join(logs.strip().splitlines()[-15:])
-        raise RlrunError(f"the probe job {job_id} ended {status} without findings; its log ends:\n{tail}\n"
-                         "(skip the cluster checks with --no-check)")
-    return found
+    return job_id, status, logs
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
 import torch
 
+from trainer import checkpoint
 from trainer.actors.critic_worker import CriticWorker
 from trainer.actors.group import ActorGroup, GroupSpec, bundle_nodes
 from trainer.actors.model_worker import ModelWorker
@@ -336,31 +336,32 @@ class Trainer:
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, tag: str | None = None, *, hf: bool | None = None) -> Path:
+        """The policy's (and critic's) DeepSpeed state and the client state (step, optimizer steps, sampler,
+        reward normaliser), written atomically under --ckpt_path (:mod:`trainer.checkpoint`); ``hf`` (default
+        --save_hf_ckpt) adds the HF model. ``tag`` None: ``global_step<N>``, which becomes ``latest``, older ones
+        past --max_ckpt_num go. A tag of the caller's (e.g. ``"best"``): kept beside them, replaced atomically
+        when saved again, never ``latest``, never pruned. Returns the checkpoint's directory."""
         cfg = self.cfg
-        tag = f"global_step{self.step_no}"
         client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler_state,
                   "norm": self.norm.state_dict() if self.norm else None}
-        self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
-        if self.critic is not None:
-            self.critic.run("save_checkpoint", str(Path(cfg.ckpt_path) / "critic"), tag, {"step": self.step_no})
-        if cfg.save_hf_ckpt:
-            self.policy.run("save_hf", str(Path(cfg.ckpt_path) / f"{tag}_hf"))
-        tags = sorted((p for p in Path(cfg.ckpt_path).glob("global_step*") if p.is_dir() and p.name[11:].isdigit()),
-                      key=lambda p: int(p.name[11:]))
-        for old in tags[:-cfg.max_ckpt_num]:
-            shutil.rmtree(old, ignore_errors=True)
-            shutil.rmtree(f"{old}_hf", ignore_errors=True)
+        save_hf = cfg.save_hf_ckpt if hf is None else hf
+        return checkpoint.save(Path(cfg.ckpt_path), tag or f"global_step{self.step_no}", self._checkpointed(), client,
+                               hf=self.policy if save_hf else None, latest=tag is None,
+                               keep=cfg.max_ckpt_num if tag is None else None)
+
+    def _checkpointed(self) -> dict[str, ActorGroup]:
+        """The groups a checkpoint holds, by name (the reference model is rebuilt: --pretrain, the warm-up)."""
+        return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
 
     def _resume(self) -> None:
-        latest = Path(self.cfg.ckpt_path) / "latest"
-        if not latest.exists():
-            print(f"no checkpoint in {self.cfg.ckpt_path}; starting fresh", flush=True)
+        """Continue from the newest complete checkpoint in --ckpt_path (torn ones are named and skipped), on
+        this run's placement: a group saved by another number of ranks loads DeepSpeed's universal checkpoint."""
+        found = checkpoint.newest(Path(self.cfg.ckpt_path))
+        if found is None:
+            print(f"no complete checkpoint in {self.cfg.ckpt_path}; starting fresh", flush=True)
             return
-        tag = latest.read_text().strip()
-        client = self.policy.run("load_checkpoint", self.cfg.ckpt_path, tag)[0]
-        if self.critic is not None:
-            self.critic.run("load_checkpoint", str(Path(self.cfg.ckpt_path) / "critic"), tag)
+        client = checkpoint.load(found, self._checkpointed(), universal=self.cfg.use_ds_universal_ckpt)
         self.step_no = client["step"]
         self.opt_step = client.get("opt_step", 0)
         self.sampler.load_state_dict(client["sampler"])
@@ -368,7 +369,7 @@ class Trainer:
         if self.norm is not None and client.get("norm"):
             self.norm.load_state_dict(client["norm"])
         self.sync_weights()
-        print(f"resumed from {tag} (step {self.step_no})", flush=True)
+        print(f"resumed from {found.path} (step {self.step_no})", flush=True)
 
     # --- run -----------------------------------------------------------------------------------------
 

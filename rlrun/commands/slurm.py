@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from rlrun import presets
+from rlrun import presets, resume
 from rlrun.commands.context import Amount
 from rlrun.commands.output import emit_json, json_option
 from rlrun.errors import RlrunError
 from rlrun.slurm import control, ports
 from rlrun.slurm.script import JobOptions, default_job_root
 from rlrun.slurm.script import render as render_script
-from rlrun.slurm.spec import evaluate
+from rlrun.slurm.spec import evaluate, ph
 
 
 def _job_options(f):
@@ -56,6 +56,10 @@ def _job_options(f):
                      help="Seconds to wait for every node and the reward service."),
         click.option("--working-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="The batch step's directory, uploaded as the job's working_dir (default: here)."),
+        click.option("--requeue", is_flag=True,
+                     help="Let Slurm requeue the job (preemption, node failure; #SBATCH --requeue, as "
+                          "--sbatch-arg=--requeue): a trainer job keeps its checkpoints where every run of the job "
+                          "finds them and a requeued run resumes from the newest complete one."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -77,18 +81,20 @@ def _refuse_retriever(preset, sets) -> None:
 
 def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus_per_node, mem, partition, account,
             time, job_name, sbatch_args, job_root, node_tmp, address_from, reward_node, port_window, port_block,
-            deny_ports, wait_timeout, working_dir, command):
+            deny_ports, wait_timeout, working_dir, requeue, command):
     if preset_name and command:
         raise RlrunError(f"give either --preset or a command after `--`, not both (got --preset {preset_name} and "
                          f"{' '.join(command)!r})")
     if set_pairs and not preset_name:
         raise RlrunError("--set needs --preset NAME")
     submit_args: list[str] = []
+    preset_values = None
     if preset_name:
         preset = presets.load_preset(preset_name, presets.preset_dirs())  # unknown: fails here, not on the allocation
         sets = presets.parse_sets(set_pairs)
         _refuse_retriever(preset, sets)
         submit_args = ["--preset", preset_name, *[a for s in set_pairs for a in ("--set", s)]]
+        preset_values = {**preset.values, **sets}
     elif command:
         submit_args = ["--", *command]
     if reward_node.lower() == "none":
@@ -106,7 +112,14 @@ def _render(obj, preset_name, set_pairs, cluster_dir, nodes, gpus_per_node, cpus
         port_block=port_block or ports.DEFAULT_BLOCK,
         deny_ports=ports.DEFAULT_DENY_TEXT if deny_ports is None else deny_ports,
         wait_timeout=wait_timeout, cluster_dir=cluster_dir, workdir=(working_dir or Path.cwd()).resolve(),
-        submit_args=submit_args)
+        submit_args=submit_args, requeue=requeue)
+    if opts.requeues and submit_args:
+        plan = resume.requeue_plan(preset_values, command, opts.workdir, ph("JOB_CKPT"))
+        if plan is None:
+            click.echo("note: --requeue with a command that is not the trainer: a requeued job runs it again from "
+                       "the start", err=True)
+        else:
+            opts.ckpt_args, opts.resume_args, opts.ckpt_shown = plan.ckpt_args, plan.resume_args, plan.ckpt_path
     text = render_script(spec, opts, version=version("rlrun"))
     root = (job_root or default_job_root(spec.cluster_name)).expanduser().resolve()
     return spec, opts, root, text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from rlrun import jobcheck, presets, trainer_command
+from rlrun import jobcheck, presets, resume, trainer_command
 from rlrun.commands.context import Amount, Context, complete_presets, pass_ctx, presets_dir_option
 from rlrun.commands.jobs import follow_job
 from rlrun.commands.output import echo, plural, problem_list, say
@@ -69,23 +69,38 @@ class _SubmitCommand(click.Command):
               help="CPUs reserved for the entrypoint.")
 @click.option("--num-gpus", type=Amount("a number of GPUs"), default=0, show_default=True,
               help="GPUs reserved for the entrypoint.")
+@click.option("--resume", "resume_from", metavar="JOB|PATH",
+              help="Continue from the newest complete checkpoint: of job JOB (its --ckpt_path; its own command "
+              "unless --preset or a command is given) or in the checkpoint directory PATH (a --ckpt_path on the "
+              "nodes). The job gets --load_checkpoint and that --ckpt_path; any GPU count.")
 @click.argument("entrypoint", nargs=-1, type=click.UNPROCESSED)
 @pass_ctx
 def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, follow, working_dir, no_working_dir,
-           exclude, env_pairs, name, submission_id, num_cpus, num_gpus, entrypoint):
+           exclude, env_pairs, name, submission_id, num_cpus, num_gpus, resume_from, entrypoint):
     """Submit a job: rlrun submit [OPTIONS] -- COMMAND [ARGS]...  or  rlrun submit --preset NAME [--set K=V]..."""
     if no_working_dir and working_dir:
         raise RlrunError("give --working-dir DIR or --no-working-dir, not both")
+    entrypoint = list(entrypoint)
+    env = parse_env(env_pairs)
+    resuming, label = None, preset_name  # label: the preset `rlrun list` shows
+    if resume_from is not None:
+        resuming = resume.from_target(obj.jobs, resume_from)
+        env = {**resuming.env_vars, **env}
+        name = name or resuming.name
+        if preset_name:
+            set_pairs = resume.preset_sets(resuming, tuple(set_pairs))
+        else:  # the command given, or JOB's own (a preset job's: what the nodes have installed, as then)
+            label = None if entrypoint else resuming.preset
+            no_working_dir = no_working_dir or (label is not None and not working_dir)
+            entrypoint = resume.command(resuming, entrypoint)
     if working_dir:
         wd = working_dir.resolve()
     elif no_working_dir or preset_name:
         wd = None  # a preset runs `python -m trainer...` as installed on the nodes: nothing to upload
     else:
         wd = Path.cwd().resolve()
-    env = parse_env(env_pairs)
     if debug:
         env["RAY_DEBUG_POST_MORTEM"] = "1"
-    entrypoint = list(entrypoint)
     job = None
     if preset_name:
         if entrypoint:
@@ -103,6 +118,8 @@ def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, f
         raise RlrunError("no entrypoint: give the command after `--`, e.g. rlrun submit -- python -c 'print(42)', "
                          "or --preset NAME (see `rlrun presets`)")
     runtime_env = build_runtime_env(wd, env, list(exclude))
+    if resuming is not None:
+        say(resume.check(resuming, obj.jobs, runtime_env, remote=not (no_check or dry_run)))
     if dry_run:
         echo(f"entrypoint: {shlex.join(entrypoint)}")
         echo(f"runtime_env: {json.dumps(runtime_env)}")
@@ -112,7 +129,7 @@ def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, f
         say("dry run: nothing submitted")
         return
     jobs = obj.jobs()
-    metadata = {k: v for k, v in (("preset", preset_name), ("name", name)) if v}
+    metadata = {k: v for k, v in (("preset", label), ("name", name), ("resumed_from", resume_from)) if v}
     job_id = jobs.submit(entrypoint, runtime_env, submission_id, num_cpus, num_gpus, metadata=metadata)
     inv = obj.inv_flag
     say(f"submitted {job_id} to cluster {obj.cluster.name}"

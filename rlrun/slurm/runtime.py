@@ -42,13 +42,21 @@ def cmd_ports(args) -> None:
 
 def cmd_free(args) -> None:
     for port in args.ports:
-        with socket.socket() as s:
-            try:
-                s.bind((args.address, port))
-            except OSError as exc:
-                raise RlrunError(f"port {args.address}:{port} of this job's block is taken ({exc.strerror}): "
-                                 "another process on this node holds it; resubmit (the next job id gets another "
-                                 "block) or choose --port-window / --deny-ports") from None
+        port_free(args.address, port)
+
+
+def port_free(address: str, port: int) -> None:
+    """Raise naming ``address:port`` when a process holds it. A connection of an earlier run left in TIME_WAIT
+    does not hold it: Ray's, gunicorn's and aiohttp's servers bind with SO_REUSEADDR, as this check does (a
+    requeued job starts on the same nodes with the same port block moments after its first run)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError as exc:
+            raise RlrunError(f"port {address}:{port} of this job's block is taken ({exc.strerror}): "
+                             "another process on this node holds it; resubmit (the next job id gets another "
+                             "block) or choose --port-window / --deny-ports") from None
 
 
 def cmd_wait(args) -> None:

@@ -44,6 +44,14 @@ class JobOptions:
     workdir: Path = field(default_factory=Path.cwd)
     submit_args: list[str] = field(default_factory=list)  # batch: what `rlrun submit` gets
     title: str = ""
+    requeue: bool = False  # #SBATCH --requeue (also when sbatch_args has it)
+    ckpt_args: list[str] = field(default_factory=list)  # requeue: added to submit_args on every run
+    resume_args: list[str] = field(default_factory=list)  # requeue: added on a requeued run (SLURM_RESTART_COUNT > 0)
+    ckpt_shown: str = ""  # requeue: the checkpoint dir, as the log line names it
+
+    @property
+    def requeues(self) -> bool:
+        return self.requeue or "--requeue" in self.sbatch_args
 
     @property
     def mode(self) -> str:
@@ -124,6 +132,8 @@ def render(spec: NodeSpec, opts: JobOptions, version: str = "") -> str:
     lines += [f"--output={job_root}/%j.out", f"--chdir={opts.workdir.resolve()}",
               # The batch shell gets SIGTERM 60 s before the time limit: time to stop the steps and clean up.
               "--signal=B:TERM@60", *opts.sbatch_args]
+    if opts.requeues:  # a requeued job runs again from the top: keep the earlier run's output above it
+        lines += [x for x in ("--requeue", "--open-mode=append") if x not in lines]
 
     def words(argv: list[str]) -> str:
         return " ".join(shell_word(a) for a in argv)
@@ -147,6 +157,8 @@ def render(spec: NodeSpec, opts: JobOptions, version: str = "") -> str:
         env_files=words(spec.env_files), ray_env_file=shell_word(spec.ray_env_file),
         accel_env_file=shell_word(spec.accel_env_file), accel_env=_ensure_newline(heredoc(spec.accel_env), 'RLRUN_ACCEL_ENV'),
         ray_env=_ensure_newline(heredoc(spec.ray_env), 'RLRUN_RAY_ENV'), reward_argv=words(spec.reward_argv),
+        requeue=opts.requeues, ckpt_args=words(opts.ckpt_args), resume_args=words(opts.resume_args),
+        ckpt_shown=shell_word(opts.ckpt_shown or "-"),
     )
 
 

@@ -56,6 +56,7 @@ RUNTIME = {
     **{name: f"the job's port block, {name.lower()[5:]}" for name in OFFSETS},
     "PORT_WORKER_MIN": "the job's port block, first worker port: cluster__ray_min_worker_port",
     "PORT_WORKER_MAX": "the job's port block, last worker port: cluster__ray_max_worker_port",
+    "JOB_CKPT": "a --requeue batch job's checkpoint dir, the same for every run of its job id (batch step only)",
 }
 
 # Role variable -> shell variable: what the allocation decides instead of the inventory.

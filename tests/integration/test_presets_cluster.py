@@ -1,6 +1,7 @@
 """Presets against the session's one-machine cluster (conftest's local_cluster: 2 CPUs, no GPU):
 a GPU preset is refused with the GPU arithmetic, the probe job finds a missing model and a dead reward
-service, and `rlrun submit --preset tiny-rloo --follow` trains to the end; `rlrun plot` draws it."""
+service, and `rlrun submit --preset tiny-rloo --follow` trains to the end; `rlrun plot` draws it;
+`rlrun submit --resume JOB` continues it from its last checkpoint."""
 
 from __future__ import annotations
 
@@ -51,14 +52,24 @@ def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path
     assert f"refused: the job cannot run on cluster {NAME} (2 problems)" in err, err
 
 
-def test_tiny_rloo_learns_follows_to_the_end_and_plots(cluster, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_rloo(local_cluster, tmp_path_factory):
+    """The embedded default job's first 48 steps, checkpointed every 24: (job id, rlrun's result, its working
+    dir). Run once for the two tests that read it."""
+    tmp_path = tmp_path_factory.mktemp("tiny")
+    job = "pytest-tiny-rloo"
+    result = rlrun(local_cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
+                   "--set", "num_episodes=6", "--set", "save_steps=24", "--submission-id", job, "--follow",
+                   timeout=1200)
+    return job, result, tmp_path
+
+
+def test_tiny_rloo_learns_follows_to_the_end_and_plots(cluster, tiny_rloo):
     """The embedded default job, its first 48 of 128 steps (6 of its 16 episodes: the whole job is
     `make demo`'s, ~4 min here; these cost a third): warm-up, then RLOO rewarded by the deployed
     reward service; the mean reward must rise from the warm-up's level (~0.1) to about half the
     answers right (measured ~0.65 over steps 33-48, ~0.9 at the end of the whole job)."""
-    job = "pytest-tiny-rloo"
-    result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--set", "num_episodes=6", "--submission-id", job, "--follow", timeout=1200)
+    job, result, tmp_path = tiny_rloo
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     err = result.stderr
     assert f"making {tmp_path}/build/tiny/model-h128" in err
@@ -95,10 +106,33 @@ def test_tiny_rloo_learns_follows_to_the_end_and_plots(cluster, tmp_path):
     assert "learning rate: lr/actor" in plotted.stdout and "supervised warm-up: loss/sft" in plotted.stdout
 
 
+def test_resume_continues_a_job_from_its_newest_checkpoint(cluster, tiny_rloo):
+    """`rlrun submit --resume JOB --preset ...`: JOB's --ckpt_path (read back from its entrypoint), looked at before
+    submitting, and one more episode (8 steps) of the preset from JOB's last checkpoint, global_step48."""
+    job, first, tmp_path = tiny_rloo
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckpt = tmp_path / "build" / "tiny" / "rloo" / "ckpt"
+    resumed = rlrun(cluster["inv"], "submit", "--resume", job, "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
+                    "--set", "num_episodes=7", "--submission-id", f"{job}-resumed", "--follow", timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    err = resumed.stderr
+    assert f"resuming from global_step48 (step 48) in {ckpt} (looked at here)" in err, err
+    assert "--set load_checkpoint: False (preset) -> True" in err, err
+    assert [int(s) for s in re.findall(r"^\[(\d+)/56\] reward/mean=", err, re.M)] == list(range(49, 57)), err[-3000:]
+    assert f"job {job}-resumed: SUCCEEDED after 56/56 steps" in err
+    assert f"resumed from {ckpt / 'global_step48'} (step 48)" in resumed.stdout
+
+
 def test_follow_exits_non_zero_when_the_job_fails_and_keeps_its_output(cluster):
     result = rlrun(cluster["inv"], "submit", "--follow", "--no-working-dir", "--", "python", "-c",
                    "print('before the failure'); import sys; sys.exit(3)")
     assert result.returncode == 1, result.stderr
     assert "before the failure" in result.stdout.splitlines()
-    assert re.search(r"job rlrun-\S+: FAILED\n", result.stderr) and "ended FAILED" in result.stderr
+    failed = re.search(r"job (rlrun-\S+): FAILED\n", result.stderr)
+    assert failed and "ended FAILED" in result.stderr
     assert "last available logs" not in result.stderr
+    # and it cannot be resumed: it is no trainer job
+    again = rlrun(cluster["inv"], "submit", "--resume", failed.group(1), "--dry-run")
+    assert again.returncode == 1
+    assert (f"error: job {failed.group(1)} runs python -c ..., not the trainer (python -m trainer.train_ppo_ray): it "
+            "has no checkpoints to resume") in again.stderr, again.stderr

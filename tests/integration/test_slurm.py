@@ -14,7 +14,7 @@ import pytest
 
 from rlrun.slurm.ports import block_for_job
 from rlrun.slurm.script import JobOptions, render
-from rlrun.slurm.spec import PORT_VARS, evaluate, substitute
+from rlrun.slurm.spec import PORT_VARS, evaluate, ph, substitute
 from tests.conftest import BIN, PROJECT, ansible_env, write_inventory
 
 pytestmark = pytest.mark.integration
@@ -90,9 +90,13 @@ def test_the_slurm_script_starts_what_the_roles_start(tmp_path):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="unreachable: make test installs shellcheck")
 def test_rendered_scripts_pass_shellcheck(tmp_path):
-    """Batch and long-lived, CPU and AMD: shellcheck finds nothing (warnings included)."""
+    """Batch (plain and --requeue) and long-lived, CPU and AMD: shellcheck finds nothing (warnings included)."""
     amd = write_inventory(tmp_path, "amdsc", "10.77.0.11", 21000, group_vars=SEED_AMD)
+    requeue = JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"], requeue=True,
+                         ckpt_args=["--set", f"ckpt_path={ph('JOB_CKPT')}"], resume_args=["--set", "load_checkpoint=true"],
+                         ckpt_shown=ph("JOB_CKPT"))
     for inv, opts in ((PROJECT / "inventory", JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"])),
+                      (PROJECT / "inventory", requeue),
                       (amd, JobOptions(nodes=2, gpus_per_node=8, cluster_dir=tmp_path / "c", partition="mi300"))):
         script = tmp_path / "job.sbatch"
         script.write_text(render(evaluate(inv), opts))
@@ -178,24 +182,52 @@ def _wait(cond, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def test_tiny_rloo_on_three_slurm_nodes_succeeds_and_leaves_nothing(lab, slurm_inv, tmp_path):
-    """`rlrun slurm submit --preset tiny-rloo`: head on n1, workers on n2/n3 via srun, reward service as its
-    own step, the Ray job through the Jobs API; the Slurm job COMPLETES only because the Ray job SUCCEEDED."""
+def test_tiny_rloo_on_three_slurm_nodes_succeeds_is_requeued_resumes_and_leaves_nothing(lab, slurm_inv, tmp_path):
+    """`rlrun slurm submit --requeue --preset tiny-rloo`: head on n1, workers on n2/n3 via srun, reward service as
+    its own step, the Ray job through the Jobs API. Requeued by Slurm inside the save of its last checkpoint
+    (RLRUN_TEST_CHECKPOINT_PAUSE holds the save there), it runs again from the top and resumes from its
+    newest complete checkpoint, global_step1; the Slurm job COMPLETES only because the Ray job SUCCEEDED."""
     job_root = tmp_path / "jobs"
-    result = _rlrun(lab, "slurm", "submit", "--nodes", "3", "--cpus-per-node", "2", "--job-root", str(job_root),
-                    "--working-dir", str(tmp_path), "--time", "15", "--preset", "tiny-rloo", *TINY, inv=slurm_inv,
-                    timeout=900)
-    out = result.stdout
-    assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
-    job_id = result.stderr.split("submitted Slurm job ")[1].split()[0]
-    assert f"Slurm job {job_id}: COMPLETED (exit 0:0); Ray job slurm-{job_id} exit 0" in result.stderr
+    ckpt = tmp_path / "build" / "tiny" / "rloo" / "ckpt"
+    env = lab.env(ansible_env())
+    env["RLRUN_TEST_CHECKPOINT_PAUSE"] = "global_step2:20"  # the job's env: sbatch, srun and Ray pass it on
+    proc = subprocess.Popen([str(BIN / "rlrun"), "-i", str(slurm_inv), "slurm", "submit", "--requeue", "--nodes", "3",
+                             "--cpus-per-node", "2", "--job-root", str(job_root), "--working-dir", str(tmp_path),
+                             "--time", "15", "--preset", "tiny-rloo", *TINY, "--set", "save_steps=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=PROJECT)
+    try:
+        output = _wait(lambda: next(job_root.glob("*.out"), None), 120, "the job's output file")
+        job_id = output.stem
+        _wait(lambda: "pausing 20 s before the completion marker" in output.read_text(errors="replace")
+              or proc.poll() is not None, 600, "the save of global_step2")
+        assert proc.poll() is None, output.read_text(errors="replace")[-4000:]
+        lab.run("scontrol", "requeue", job_id)
+        # Slurm holds a requeued job ~2 minutes (BeginTime); let it start at once.
+        _wait(lambda: "BeginTime" in lab.run("squeue", "-h", "-j", job_id, "-o", "%r", check=False).stdout, 120,
+              "the job pending again")
+        lab.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = stdout
+    assert proc.returncode == 0, out[-4000:] + stderr[-2000:]
+    assert f"Slurm job {job_id}: COMPLETED (exit 0:0); Ray job slurm-{job_id} exit 0" in stderr
     for ip in ("10.245.61.11", "10.245.61.12", "10.245.61.13"):
         assert f"node {ip} alive" in out
     assert "reward service http://10.245.61.11:" in out and "healthy" in out
-    assert f"job slurm-{job_id}: SUCCEEDED after 2/2 steps" in out
-    assert "[2/2] reward/mean=" in out
+    # the first run: both steps, killed inside the save of global_step2; the requeued run: step 2 again
+    first, _, again = out.partition(f"requeued (restart 1): resuming from the newest complete checkpoint in {ckpt}")
+    assert again, out[-4000:]
+    assert "[1/2] reward/mean=" in first and "[2/2] reward/mean=" in first and "SUCCEEDED" not in first
+    assert f"resumed from {ckpt / 'global_step1'} (step 1)" in again
+    assert "[1/2]" not in again and "[2/2] reward/mean=" in again
+    assert f"job slurm-{job_id}: SUCCEEDED after 2/2 steps" in again
+    assert (ckpt / "latest").read_text() == "global_step2"
     record = json.loads((job_root / f"{job_id}.json").read_text())
     assert record["state"] == "done" and record["ray_exit"] == 0 and record["head"] == "n1"
+    assert record["restarts"] == 1
     assert record["port_base"] == block_for_job(int(job_id)).base
     assert (job_root / f"{job_id}.json").stat().st_mode & 0o077 == 0
     _nothing_left(lab, job_id, job_root)

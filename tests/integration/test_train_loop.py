@@ -1,13 +1,18 @@
 """`python -m trainer.train_ppo_ray` end to end on the session's private Ray (CPU; the runs join it
 three at a time): RLOO steps with a
 2-rank ZeRO-3 policy, a reference model and the HF rollout engine; metrics with per-phase timings,
-checkpoints, the final HF model, and a resumed run whose next steps equal the uninterrupted run's."""
+checkpoints, the final HF model; a run killed inside a checkpoint's write, resumed from the checkpoint before
+(its next steps equal the uninterrupted run's) and resumed on one policy rank instead of two."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -62,11 +67,48 @@ def tmp(tmp_path_factory):
     return d
 
 
-def _resumed(ray, tmp):
-    out = tmp / "b"
-    first = _train(ray, tmp, out, 1, "--save_steps", "2", "--max_ckpt_num", "1")
-    checkpoints = sorted(p.name for p in (out / "ckpt").glob("global_step*"))
-    return first, checkpoints, _train(ray, tmp, out, 2, "--load_checkpoint")
+def _torn(ray, tmp):
+    """Run b trains 4 steps with a checkpoint every 2; the save of global_step4 pauses once every rank's files
+    are written, before the completion marker (RLRUN_TEST_CHECKPOINT_PAUSE, trainer/checkpoint.py), and the
+    driver is killed there by its PID. Then global_step2 is copied for the resume on one rank (b1).
+    Returns the run's output and what the kill left in --ckpt_path."""
+    out, ckpt = tmp / "b", tmp / "b" / "ckpt"
+    env = {**ray["env"], "RAY_ADDRESS": ray["address"], "HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1",
+           "RLRUN_TEST_CHECKPOINT_PAUSE": "global_step4:300"}
+    argv = [sys.executable, "-m", "trainer.train_ppo_ray",
+            *_flags(tmp, out, 2, ("--rollout_backend", "hf", "--save_steps", "2", "--max_ckpt_num", "1"))]
+    proc = subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(600, proc.kill)  # never a hang: a run that does not reach the pause ends here
+    watchdog.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "pausing 300 s before the completion marker" in line:
+                os.kill(proc.pid, signal.SIGKILL)  # the driver, inside the checkpoint's write
+                break
+        proc.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        proc.stdout.close()
+    left = {p.name: sorted(q.name for q in p.iterdir()) for p in ckpt.iterdir() if p.is_dir()}
+    shutil.copytree(ckpt / "global_step2", tmp / "b1" / "ckpt" / "global_step2")
+    return "".join(lines), proc.returncode, left
+
+
+def _resumed(ray, tmp, torn):
+    """Run b again with --load_checkpoint on the same placement, once the kill is over: the unfinished
+    global_step4 is skipped, global_step2 resumed, and this run's own global_step4 replaces it."""
+    torn.result()
+    rows, output = _run(ray, tmp, tmp / "b", 2, "--load_checkpoint", "--save_steps", "2", "--max_ckpt_num", "1")
+    ckpt = tmp / "b" / "ckpt"
+    return rows, output, sorted(p.name for p in ckpt.iterdir()), (ckpt / "latest").read_text()
+
+
+def _one_rank(ray, tmp, torn):
+    """global_step2 of the 2-rank policy (a copy), resumed with one policy rank."""
+    torn.result()
+    return _run(ray, tmp, tmp / "b1", 2, "--load_checkpoint", "--actor_num_gpus_per_node", "1")
 
 
 def _colocated(ray, tmp):
@@ -86,10 +128,13 @@ def runs(private_ray, tmp):
     """Every run of the module, three at a time on the shared Ray (each mostly waits for its actors to
     start, one process after the other): name -> metrics rows (the resume pair: its two runs and the
     checkpoints between them)."""
+    pool = ThreadPoolExecutor(max_workers=3)
+    torn = pool.submit(_torn, private_ray, tmp)  # first: the two resumes wait for it
     jobs = {
         "uninterrupted": lambda: _train(private_ray, tmp, tmp / "a", 2),
         "packed": lambda: _train(private_ray, tmp, tmp / "packed", 1, "--packing_samples"),
-        "resumed": lambda: _resumed(private_ray, tmp),
+        "resumed": lambda: _resumed(private_ray, tmp, torn),
+        "one_rank": lambda: _one_rank(private_ray, tmp, torn),
         "ppo": lambda: _train(private_ray, tmp, tmp / "ppo", 2, "--advantage_estimator", "gae", "--critic_num_nodes",
                               "1", "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2",
                               "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2"),
@@ -103,8 +148,8 @@ def runs(private_ray, tmp):
         "dynamic": lambda: _train(private_ray, tmp, tmp / "dynamic", 1, "--dynamic_filtering", "--reward_fn",
                                   "tests.integration.loop_rewards:half_constant", "--max_samples", "16"),
     }
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(job) for name, job in jobs.items()}
+    with pool:
+        futures = {"torn": torn, **{name: pool.submit(job) for name, job in jobs.items()}}
     return _Results(futures)
 
 
@@ -155,13 +200,51 @@ def test_packed_samples_train_like_the_padded_run(runs, uninterrupted):
 
 
 def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted):
-    first, checkpoints, resumed = runs["resumed"]
-    assert [r["step"] for r in first] == [1, 2]
-    assert checkpoints == ["global_step2"]
-    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
-    for mine, theirs in zip(resumed[2:], uninterrupted[2:], strict=True):
+    rows, output, _, _ = runs["resumed"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 3, 4]  # the killed run's four, then the resumed run's two
+    for mine, theirs in zip(rows[4:], uninterrupted[2:], strict=True):
         for key in ("reward/mean", "loss/policy", "kl/mean", "response_length/mean"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (mine["step"], key)
+
+
+def test_a_job_killed_while_writing_a_checkpoint_resumes_from_the_previous_one(runs, tmp):
+    """The driver killed inside the write of global_step4 leaves global_step2 and `latest` as they were and an
+    unfinished write beside them; --load_checkpoint names that write, skips it and resumes from global_step2;
+    the resumed run's own save removes it, writes global_step4 and prunes global_step2 (--max_ckpt_num 1)."""
+    output, returncode, left = runs["torn"]
+    assert returncode == -signal.SIGKILL, output[-3000:]
+    [tmp_name] = [name for name in left if name.startswith(".tmp-global_step4-")]
+    assert sorted(n for n in left if not n.startswith(".tmp-")) == ["global_step2"]
+    assert "policy" in left[tmp_name]  # the ranks' files; no marker, no client state
+    assert "COMPLETE" not in left[tmp_name] and "client_state.json" not in left[tmp_name]
+    assert {"COMPLETE", "client_state.json", "policy"} <= set(left["global_step2"])
+    rows, resumed, after, latest = runs["resumed"]
+    assert f"checkpoint {tmp / 'b' / 'ckpt' / tmp_name} skipped: an unfinished write (the job ended while writing it)" \
+        in resumed
+    assert f"resumed from {tmp / 'b' / 'ckpt' / 'global_step2'} (step 2)" in resumed
+    assert f"removing {tmp / 'b' / 'ckpt' / tmp_name}: an unfinished checkpoint write of an earlier job" in resumed
+    assert after == ["global_step4", "latest"] and latest == "global_step4"
+
+
+def test_a_checkpoint_of_two_ranks_resumes_on_one(runs, uninterrupted, tmp):
+    """global_step2 of the 2-rank policy resumed with one rank: its files say 2 ranks saved it, so it is converted
+    once to DeepSpeed's universal checkpoint (kept beside it) and loaded re-partitioned. Steps 3-4 then match the
+    uninterrupted 2-rank run to rel 1e-4: the same batches, micro-batches and Adam state, but one rank sums
+    the four micro-batch gradients where two ranks each sum two and all-reduce them (float32, another order),
+    which moves losses and KL in their sixth digit at most; the rollouts (sampled with the same seeds from
+    weights equal to ~1e-7) and so the rewards stay the same. A lost optimizer state or weights would show
+    at once: Adam's first step after a reset moves every weight by about the learning rate."""
+    rows, output = runs["one_rank"]
+    ckpt = tmp / "b1" / "ckpt" / "global_step2"
+    assert "checkpoint global_step2: policy converted to a universal checkpoint in" in output
+    assert (f"checkpoint global_step2: policy saved by 2 rank(s), loading on 1 from DeepSpeed's universal "
+            f"checkpoint {ckpt / 'universal' / 'policy'}") in output
+    assert (ckpt / "universal" / "policy" / "COMPLETE").is_file()
+    assert [r["step"] for r in rows] == [3, 4]
+    for mine, theirs in zip(rows, uninterrupted[2:], strict=True):
+        assert mine["reward/mean"] == theirs["reward/mean"], mine["step"]
+        for key in ("loss/policy", "kl/mean", "response_length/mean"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), (mine["step"], key)
 
 
 def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):

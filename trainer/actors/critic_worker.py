@@ -8,13 +8,12 @@ before it, so values line up with the policy's per-action log-probs. Saved as th
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
 from trainer.actors.group import DistributedWorker
 from trainer.actors.model_worker import attn_implementation, ds_config, fetch_whole_if_small, to_device
+from trainer.checkpoint import CheckpointWorker
 from trainer.losses import value_loss
 from trainer.packing import pack, unpack
 
@@ -39,8 +38,8 @@ class ValueModel(nn.Module):
         return self.value_head(hidden).squeeze(-1).float()
 
 
-class CriticWorker(DistributedWorker):
-    """One rank of the critic group."""
+class CriticWorker(CheckpointWorker, DistributedWorker):
+    """One rank of the critic group (checkpoints: :class:`trainer.checkpoint.CheckpointWorker`)."""
 
     packing = False  # init_model sets these three
     attn = "sdpa"
@@ -129,12 +128,3 @@ class CriticWorker(DistributedWorker):
             backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
             module.backbone.save_pretrained(directory, state_dict=backbone, safe_serialization=True)
             save_file({"weight": state["value_head.weight"].contiguous()}, f"{directory}/value_head.safetensors")
-
-    def save_checkpoint(self, directory: str, tag: str, client_state: dict[str, Any] | None = None) -> None:
-        self.engine.save_checkpoint(directory, tag=tag, client_state=client_state or {})
-
-    def load_checkpoint(self, directory: str, tag: str) -> dict[str, Any]:
-        _, client_state = self.engine.load_checkpoint(directory, tag=tag)
-        if client_state is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} of the critic in {directory}")
-        return client_state

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from trainer.actors.group import DistributedWorker
+from trainer.checkpoint import CheckpointWorker
 from trainer.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
 from trainer.packing import pack, unpack
 
@@ -119,8 +120,8 @@ def to_device(mb: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in mb.items()}
 
 
-class ModelWorker(DistributedWorker):
-    """One rank of the policy or reference group."""
+class ModelWorker(CheckpointWorker, DistributedWorker):
+    """One rank of the policy or reference group (checkpoints: :class:`trainer.checkpoint.CheckpointWorker`)."""
 
     packing = False  # init_model sets these three
     attn = "sdpa"
@@ -358,13 +359,3 @@ class ModelWorker(DistributedWorker):
         state = self.full_state()
         if self.rank == 0:
             self.engine.module.save_pretrained(directory, state_dict=state, safe_serialization=True)
-
-    def save_checkpoint(self, directory: str, tag: str, client_state: dict[str, Any] | None = None) -> None:
-        """DeepSpeed state (parameters, optimizer, scheduler, step) of every rank under directory/tag."""
-        self.engine.save_checkpoint(directory, tag=tag, client_state=client_state or {})
-
-    def load_checkpoint(self, directory: str, tag: str) -> dict[str, Any]:
-        _, client_state = self.engine.load_checkpoint(directory, tag=tag)
-        if client_state is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} in {directory}")
-        return client_state

@@ -67,7 +67,10 @@ _NO_EVAL = "evaluation during training is not implemented"
 _NO_PTX = "PPO-ptx (a supervised loss on pretraining data) is not implemented"
 _LMM = "an LMM-R1 (vision-language) option of the seed's fork; this trainer trains text-only models"
 _FIXED_KL = "the adaptive KL controller is not implemented: the coefficient stays --init_kl_coef"
-_UNIVERSAL = "DeepSpeed universal checkpoints are not written: resume with the same placement (--load_checkpoint)"
+_UNIVERSAL = ("not needed to resume on another GPU count: --load_checkpoint converts a group saved by another "
+              "number of ranks to DeepSpeed's universal checkpoint by itself (once, kept beside it); given, every group "
+              "loads that way, also on the same count. Checkpoints are written as DeepSpeed writes them and converted "
+              "on resume (OpenRLHF: the user converts with ds_to_universal)")
 
 FLAGS: dict[str, OpenRLHFFlag] = {
     f.name: f
@@ -111,8 +114,8 @@ FLAGS: dict[str, OpenRLHFFlag] = {
         _same("max_ckpt_num"),
         _refused("max_ckpt_mem", "checkpoints are limited by count (--max_ckpt_num), not by size"),
         _same("load_checkpoint"),
-        _refused("universal_ckpt", _UNIVERSAL, nargs=0, versions="seed"),
-        _refused("use_ds_universal_ckpt", _UNIVERSAL, nargs=0, versions="0.8.4"),
+        _differs("universal_ckpt", _UNIVERSAL, versions="seed"),  # the same switch (DOTTED)
+        _differs("use_ds_universal_ckpt", _UNIVERSAL, versions="0.8.4"),
         # --- DeepSpeed ------------------------------------------------------------------------------
         _refused("local_rank", "ranks are assigned by Ray, not by a launcher", off=("-1",)),
         _same("zero_stage"),
@@ -289,8 +292,10 @@ OWN_FLAGS: dict[str, str] = {
     "vllm_start_with_models": "colocated engines start while the models load (KV cache sized up front)",
 }
 
-#: OpenRLHF >= 0.10's dotted names of the flags above (its CLI regrouped every flag); accepted as they are.
+#: OpenRLHF's other names of this trainer's flags, accepted as they are: the seed's ``--universal_ckpt`` (v0.6.3's
+#: name of v0.8.4's ``--use_ds_universal_ckpt``), and OpenRLHF >= 0.10's dotted names (its CLI regrouped every flag).
 DOTTED: dict[str, str] = {
+    "universal_ckpt": "use_ds_universal_ckpt",
     "train.async_enable": "async_train",
     "algo.advantage.is_correction_type": "is_correction",
     "algo.advantage.is_correction_threshold": "is_correction_threshold",

@@ -348,6 +348,8 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: c.is_correction != "none"),
     (("save_hf_ckpt",), "--save_steps > 0 (it is saved with each checkpoint)",
      lambda c: "no checkpoint is saved during training", lambda c: c.save_steps > 0),
+    (("use_ds_universal_ckpt",), "--load_checkpoint (it says how a checkpoint is loaded)",
+     lambda c: "this run loads none", lambda c: c.load_checkpoint),
 ]  # fmt: skip
 
 
@@ -359,7 +361,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "async_train", "dynamic_filtering", "is_correction",
-             "colocate_all_models",
+             "colocate_all_models", "load_checkpoint",
              *names}
 
     @_rule(*reads)

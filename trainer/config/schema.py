@@ -327,7 +327,16 @@ class TrainerConfig:
         "model, at <save_path>_critic, so the flag changes nothing; accepted for OpenRLHF command lines.", group=C
     )
     max_ckpt_num: int = flag(3, "Keep at most this many checkpoints.", group=C, ge=1)
-    load_checkpoint: bool = flag(False, "Resume from the latest checkpoint in --ckpt_path.", group=C)
+    load_checkpoint: bool = flag(
+        False, "Resume from the newest complete checkpoint in --ckpt_path (torn ones are skipped, named); none "
+        "there: start fresh. On another GPU count a group loads DeepSpeed's universal checkpoint, converted once.",
+        group=C,
+    )
+    use_ds_universal_ckpt: bool = flag(
+        False, "With --load_checkpoint: load every group through DeepSpeed's universal checkpoint (converted once "
+        "and kept beside the checkpoint), also on the same GPU count; without it, only a group whose GPU count "
+        "changed does. --universal_ckpt is the same switch.", group=C,
+    )
     # --- logging -----------------------------------------------------------------------------------------
     logging_steps: int = flag(1, "Log metrics every N global steps.", group=L, ge=1)
     use_tensorboard: str | None = flag(
