@@ -8,6 +8,7 @@ Ray actors, rewards come from the remote reward service or a local function.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -40,7 +41,8 @@ def make_reward(cfg):
     """The reward: remote services (health-checked now, not an hour in) or a local function."""
     if cfg.remote_rm_url:
         client = RemoteRewardClient(list(cfg.remote_rm_url), token=token_from_env(),
-                                    timeout=cfg.remote_rm_timeout, retries=cfg.remote_rm_retries)
+                                    timeout=cfg.remote_rm_timeout, retries=cfg.remote_rm_retries,
+                                    outage_timeout=cfg.reward_outage_timeout)
         client.health_check()
         return client.score
     return resolve_reward_fn(cfg.reward_fn)
@@ -197,9 +199,11 @@ class Trainer:
         --skip_rollout_logprobs), and for multi-turn search rollouts (--retriever_url) each engine's time
         split."""
         self.engines.wait_ready()
+        restore = functools.partial(self.rollouts.restore, self.sync_weights)  # replaced engines need the weights
         if self.cfg.multi_turn:
-            return self.engines.generate_with_tools(texts, seed=seed)
-        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs), []
+            return self.engines.generate_with_tools(texts, seed=seed, restore=restore)
+        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs,
+                                     restore=restore), []
 
     def score(self, prompts, samples):
         """The rewards of one rollout (RewardBatch), by the remote service or the local function."""
