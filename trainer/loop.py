@@ -23,6 +23,7 @@ from trainer.actors.model_worker import ModelWorker
 from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
 from trainer.engines import Engines
+from trainer.evaluate import Evaluator
 from trainer.experience import Experience, build_experience, pad_right, shard
 from trainer.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
@@ -107,6 +108,7 @@ class Trainer:
                  if cfg.use_wandb else None)
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
                                      cfg.use_tensorboard, wandb=wandb)
+        self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.evaluate)
         if cfg.sft_warmup_steps:
             self.warmup()
         if cfg.load_checkpoint:
@@ -184,11 +186,12 @@ class Trainer:
         with self.timer("sync"):
             synced = self.rollouts.push(self.sync_weights)
         self.sampler_state = rollout.sampler_state
-        metrics = {**rollout.metrics, **extra, **train_metrics, **self.timer.times, "sync/gib": synced / 2**30,
-                   "timing/step": time.perf_counter() - t0}
+        evals = self.evaluator.after_step(self.step_no)  # with the weights just synced, every --eval_steps
+        metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
+                   "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
         if self._sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
-        if self.step_no % cfg.logging_steps == 0:
+        if self.step_no % cfg.logging_steps == 0 or evals:
             self.metrics.log(self.step_no, metrics)
         if cfg.save_steps > 0 and self.step_no % cfg.save_steps == 0:
             self.save_checkpoint()
@@ -206,8 +209,9 @@ class Trainer:
                                      restore=restore), []
 
     def score(self, prompts, samples):
-        """The rewards of one rollout (RewardBatch), by the remote service or the local function."""
-        n = self.cfg.n_samples_per_prompt
+        """The rewards of ``samples`` (RewardBatch; the same number of samples per prompt, prompt-major), by the
+        remote service or the local function."""
+        n = len(samples) // max(len(prompts), 1)
         labels = [p.label for p in prompts for _ in range(n)]
         return self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
 
@@ -340,9 +344,13 @@ class Trainer:
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, root: str | None = None) -> None:
+        """The step's checkpoint in --ckpt_path (the newest --max_ckpt_num kept), or in ``root`` alone (the
+        best one of --save_best)."""
         cfg = self.cfg
         tag = f"global_step{self.step_no}"
+        if root is not None:
+            cfg = cfg.replace(ckpt_path=root)
         client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler_state,
                   "norm": self.norm.state_dict() if self.norm else None}
         self.policy.run("save_checkpoint", cfg.ckpt_path, tag, client)
@@ -381,6 +389,7 @@ class Trainer:
         total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
         self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator,
                           sft_warmup_steps=cfg.sft_warmup_steps)
+        self.evaluator.at_start()  # --eval_at_start: step 0, the weights the run starts from
         if cfg.async_train:  # rollouts made ahead of training, at most --max_staleness versions old
             self.rollouts = AsyncRollouts(self, self.step_no + 1, total, cfg.max_staleness)
         try:
