@@ -212,7 +212,15 @@ class Engines:
         self.nodes = wait_all([h.ready.remote() for h in self.handles], self.labels, timeout_s,
                               f"{len(self.handles)} rollout engine(s) start")
         self._ready = True
+        print("rollout engines ready: " + ", ".join(self._where(range(len(self.handles)))), flush=True)
         return self.nodes
+
+    def _where(self, indices: Any) -> list[str]:
+        """'<label> on node <ip> (pid <pid>)' of the engines ``indices`` (started ones)."""
+        import ray
+
+        pids = ray.get([self.handles[i].pid.remote() for i in indices])
+        return [f"{self.labels[i]} on node {self.nodes[i]} (pid {pid})" for i, pid in zip(indices, pids, strict=True)]
 
     # --- faults -----------------------------------------------------------------------------------------
     def replace(self, failed: dict[int, str]) -> None:
@@ -224,11 +232,11 @@ class Engines:
 
         while failed:
             for i, why in sorted(failed.items()):
+                ray.kill(self.handles[i], no_restart=True)  # a hung one too (and one past the limit: no waiting on it)
                 self.restarts.record(i, self.labels[i], self.nodes[i], why)
                 print(f"{self.labels[i]} on node {self.nodes[i]} failed: {why}; replacing it (restart "
                       f"{self.restarts.per_engine[i]} of --max_engine_restarts {self.restarts.limit}, "
                       f"engines/restarts {self.restarts.total})", flush=True)
-                ray.kill(self.handles[i], no_restart=True)
                 self.handles[i] = self._start(i)
                 self.epoch += 1
             starting = sorted(failed)
@@ -245,9 +253,9 @@ class Engines:
                     if not replaceable(exc):
                         raise
                     failed[i] = f"replacement did not start: {one_line(exc)}"
-            for i in starting:
-                if i not in failed:
-                    print(f"{self.labels[i]} replaced on node {self.nodes[i]}", flush=True)
+            started = [i for i in starting if i not in failed]
+            if started:
+                print("replaced: " + ", ".join(self._where(started)), flush=True)
 
     def call(self, method: str, calls: dict[int, tuple[tuple, dict[str, Any]]], timeout_s: float, what: str,
              restore: Callable[[], Any] | None = None) -> dict[int, Any]:
@@ -360,8 +368,8 @@ class Engines:
             if started:  # an engine still in its constructor (a start-up deadline passed) is only killed
                 try:
                     ray.get(engine.shutdown.remote(), timeout=60)
-                except Exception as exc:  # noqa: BLE001 (shutting down regardless)
-                    log.warning("engine shutdown: %s", exc)
+                except Exception as exc:  # noqa: BLE001 (shutting down regardless; a killed one says so)
+                    log.warning("engine shutdown: %s", one_line(exc))
             ray.kill(engine)
         for pg in self.own_pgs:
             ray.util.remove_placement_group(pg)

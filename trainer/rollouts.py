@@ -104,7 +104,7 @@ def collect(trainer: Any, step: int) -> Rollout:
             break
     from trainer.reward.client import RewardBatch
 
-    metrics = {"timing/generate": t_gen, "timing/score": t_score,
+    metrics = {"timing/generate": t_gen, "timing/score": t_score, "rollout/samples": float(len(samples)),
                "engines/restarts": float(trainer.engines.restarts.total)}
     if cfg.dynamic_filtering:
         metrics.update({"dynamic_filtering/filtered_share": dropped / max(drawn, 1),

@@ -11,6 +11,7 @@ validation error (every problem listed on stderr) or training loop not installed
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -53,9 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = fault_line(err)
         if line is None:
             raise
+        _disconnect()  # Ray would go on printing its workers' last lines after this one
         print(f"{PROG}: {line}", file=sys.stderr, flush=True)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _disconnect() -> None:
+    """Leave the Ray cluster (if joined), so that the fault's line is the job's last."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):  # the fault is what matters here
+            ray.shutdown()
 
 
 if __name__ == "__main__":

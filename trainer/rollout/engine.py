@@ -69,6 +69,12 @@ class RolloutEngine(abc.ABC):
             pass
         return socket.gethostname()
 
+    def pid(self) -> int:
+        """This engine's process id (the job's log names it: the process to look at, or to stop)."""
+        import os
+
+        return os.getpid()
+
     @abc.abstractmethod
     def generate(
         self,
