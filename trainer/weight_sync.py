@@ -102,7 +102,7 @@ class BroadcastSync(WeightSync):
         import ray
 
         alive = [h for h in self.members if any(h is cur for cur in self.engines.handles)]
-        refs = [self.policy.actors[0].close_weight_sync.remote(), *[h.close_weight_sync_group.remote() for h in alive]]
+        refs = [self.policy.actors[0].close_weight_sync.remote(), *[h.close_weight_sync_group.remote(abort=True) for h in alive]]
         done, pending = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.dist_timeout)
         for ref in done:
             try:

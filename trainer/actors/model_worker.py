@@ -246,12 +246,13 @@ class ModelWorker(DistributedWorker):
                                          master_listen_fd=self.take_listen_fd(master_port))
 
     def close_weight_sync(self) -> None:
-        """Rank 0 leaves the weight-sync group (engines were replaced: it forms again with them)."""
+        """Rank 0 leaves the weight-sync group without waiting for its other members (engines were replaced: it
+        forms again with them)."""
         from trainer.sync import close_sync_group
 
         group, self._sync = getattr(self, "_sync", None), None
         if group is not None:
-            close_sync_group(group)
+            close_sync_group(group, abort=True)  # the replaced engines are gone: wait for no one
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,
