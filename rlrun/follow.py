@@ -31,7 +31,10 @@ REWARD_KEY = "reward/mean"
 # What the progress line shows, when the step logged it (search rollouts: the share of samples that
 # searched, turns per sample, exact match).
 SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns", "kl/mean", "async/staleness",
-                "rollout/logprob_mismatch", "dynamic_filtering/filtered_share", "eval/score")
+                "rollout/logprob_mismatch", "dynamic_filtering/filtered_share", "engines/restarts")
+# The evaluation's headline metrics (trainer.evaluate; K = --eval_n_samples): logged on evaluation steps only,
+# shown from then on with the step they are from.
+EVAL_KEYS = re.compile(r"^eval/(greedy|pass@\d+|mean@\d+)$")
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Ray's prefix of a worker's line, e.g. "(VllmEngine pid=20508, ip=10.0.0.2) ", possibly nested.
@@ -80,6 +83,8 @@ class LogFollower:
         self.total: int | None = None
         self.step = 0
         self.last: dict[str, Any] = {}
+        self.evals: dict[str, float] = {}  # the last evaluation's headline metrics
+        self.eval_step: int | None = None
         self.rewards: dict[int, float] = {}  # step -> reward/mean, for the curve at the end
         self.progress: Progress | None = None
         self.task = None
@@ -159,6 +164,9 @@ class LogFollower:
     def metrics(self, row: dict[str, Any]) -> None:
         self.step = int(row.get("step", self.step + 1))
         self.last = row
+        evals = {k: float(v) for k, v in row.items() if EVAL_KEYS.match(k) and isinstance(v, int | float)}
+        if evals:
+            self.evals, self.eval_step = evals, self.step
         if isinstance(row.get(REWARD_KEY), int | float):
             self.rewards[self.step] = float(row[REWARD_KEY])
         text = self.summary()
@@ -171,8 +179,13 @@ class LogFollower:
     def summary(self) -> str:
         parts = []
         for key in SUMMARY_KEYS:
-            if isinstance(self.last.get(key), int | float):
-                parts.append(f"{key}={self.last[key]:.4g}")
+            value = self.last.get(key)
+            if isinstance(value, int | float) and (value or key != "engines/restarts"):  # restarts: once there are
+                parts.append(f"{key}={value:.4g}")
+        if self.evals:
+            parts += [f"{key}={value:.4g}" for key, value in sorted(self.evals.items())]
+            if self.eval_step != self.step:
+                parts.append(f"(eval of step {self.eval_step})")
         return " ".join(parts)
 
     def curve(self, points: int = 8) -> str:

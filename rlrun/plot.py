@@ -6,7 +6,8 @@ reaches the dashboard, unlike the metrics.jsonl on the head's disk. Drawn with m
 (no display, no pyplot state).
 
 Panels (a panel without data is left out; a series that is 0 at every step of every run is left out and
-named in the footer): reward and accuracy (with the reward's +-std band), KL, policy loss, critic loss,
+named in the footer): reward and accuracy (with the reward's +-std band), evaluation (``eval/greedy``,
+``eval/pass@K``, ``eval/mean@K`` at the evaluation steps, step 0 before training), KL, policy loss, critic loss,
 response length, clip fractions, learning rate, phase timings, tokens per step, and the rest. Each has its
 own axis, so a learning rate never shares a scale with token counts. Lines are smoothed (TensorBoard's
 debiased exponential moving average) over the faint raw values. The warm-up is marked: the supervised
@@ -61,11 +62,13 @@ class Panel:
 PANELS: tuple[Panel, ...] = (
     Panel("reward", "reward", lambda k: k == "reward/mean"),
     Panel("accuracy", "fraction correct", lambda k: k == "reward/accuracy", ylim01=True),
+    # trainer.evaluate's headline metrics (logged on evaluation steps; step 0: before training)
+    Panel("evaluation", "reward on --eval_data", lambda k: bool(re.match(r"^eval/(greedy|pass@\d+|mean@\d+)$", k))),
     Panel("search", "fraction of samples", lambda k: k in ("search/rate", "reward/exact_match"), ylim01=True),
     Panel("KL to the reference", "KL", lambda k: k.startswith("kl/") or k == "loss/kl"),
     Panel("policy loss", "loss", lambda k: k == "loss/policy"),
     Panel("critic", "loss / value", lambda k: k == "loss/critic" or k.startswith("critic/") and "clip" not in k),
-    Panel("response length", "tokens", lambda k: k.startswith("response_length/")),
+    Panel("response length", "tokens", lambda k: k.startswith("response_length/") or k == "eval/response_length"),
     Panel("clip fraction", "fraction of tokens clipped", lambda k: k.endswith("clip_frac")),
     Panel("learning rate", "lr", lambda k: k.startswith("lr/"), sci=True),
     Panel("phase timings", "seconds per step", lambda k: k.startswith("timing/")),

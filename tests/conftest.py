@@ -220,11 +220,11 @@ class RewardProc:
     """A real `python -m trainer.reward.server` on loopback, started by us (ended by PID)."""
 
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None, scheme: str = "http",
-                 ca: str | None = None):
-        self.port = free_port()
+                 ca: str | None = None, port: int | None = None):
+        self.port = port or free_port()  # a given port: the same service started again where its clients look
         self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.log = log
-        with open(log, "wb") as out:
+        with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "trainer.reward.server", "--host", "127.0.0.1", "--port", str(self.port),
                  *args], cwd=PROJECT, env=env, stdout=out, stderr=out)

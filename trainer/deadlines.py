@@ -26,16 +26,43 @@ from typing import Any
 _PG_RESOURCE = re.compile(r"^(?P<res>[A-Za-z]+)_group_(?:(?P<bundle>\d+)_)?(?P<pg>[0-9a-f]{16,})$")
 
 
-class StartupTimeout(RuntimeError):
+class Fault(RuntimeError):
+    """A fault the job ends on, whose message is the one line it ends with (naming what failed, where, and the
+    last error): a start-up deadline, an engine past --max_engine_restarts, a service past its outage deadline.
+    The entry point prints that line instead of a traceback (:func:`fault_line`)."""
+
+
+class StartupTimeout(Fault):
     """A start-up step did not finish within its deadline; the message is the one line the job ends with."""
 
 
+def fault_line(error: BaseException) -> str | None:
+    """The one line of the :class:`Fault` that ``error`` is or was caused by (a Ray task error's cause, an
+    exception's ``__cause__`` / ``__context__``), or None when no fault is behind it."""
+    seen: set[int] = set()
+    todo = [error]
+    while todo:
+        exc = todo.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)  # a RayTaskError: what the remote call raised
+        if isinstance(cause, BaseException) and cause is not exc:
+            todo.insert(0, cause)
+            continue
+        if isinstance(exc, Fault):
+            return " ".join(str(exc).split())
+        todo += [exc.__cause__, exc.__context__]
+    return None
+
+
 def wait_all(refs: Sequence[Any], labels: Sequence[str], timeout_s: float, what: str, *,
-             diagnose: bool = True) -> list[Any]:
+             diagnose: bool = True, check: bool = True) -> list[Any]:
     """``ray.get`` of ``refs`` within ``timeout_s``; on expiry raises :class:`StartupTimeout` naming the
     labels still pending and (``diagnose``) what the job's pending actors and placement groups wait for in
     Ray's tables (a process group that does not form has nothing pending there: its line names the ranks
-    that did not join). A ref that fails raises its own error at once (a dead actor is not a timeout)."""
+    that did not join). A ref that fails raises its own error at once (a dead actor is not a timeout);
+    with ``check=False`` failures are left in their refs for the caller, who gets ``[]``."""
     import ray
 
     refs = list(refs)
@@ -49,13 +76,14 @@ def wait_all(refs: Sequence[Any], labels: Sequence[str], timeout_s: float, what:
             break
         done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 5.0))
         for ref in done:  # surface a failure now instead of at the deadline
-            ray.get(ref)
+            if check:
+                ray.get(ref)
     if pending:
         waiting = [label for ref, label in zip(refs, labels, strict=True) if ref in pending]
         if not diagnose:
             raise StartupTimeout(f"{what} not done within {timeout_s:g} s (waiting for {', '.join(waiting)})")
         raise StartupTimeout(timeout_line(what, timeout_s, waiting))
-    return ray.get(refs)
+    return ray.get(refs) if check else []
 
 
 def timeout_line(what: str, timeout_s: float, waiting: Sequence[str]) -> str:

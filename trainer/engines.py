@@ -10,6 +10,10 @@ the placement plan, :mod:`trainer.placement`), start-up deadlines, and the calls
   bundles are regrouped by node once Ray has placed the policy (a TP group never spans two nodes).
 - :meth:`Engines.wait_ready` waits for every engine within ``--engine_start_timeout``; a pending vLLM worker
   (an ask no bundle can hold) ends the job with one line naming it (:mod:`trainer.deadlines`).
+- Faults: every call on the engines has a deadline (``--generate_timeout``); an engine that dies or misses it
+  is replaced on its bundle and its share of the call made again (:meth:`Engines.call`), at most
+  ``--max_engine_restarts`` times per engine (:class:`Restarts`), then the job ends with one line
+  (:class:`EngineFailure`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
-from trainer.deadlines import wait_all
+from trainer.deadlines import Fault, wait_all
 from trainer.experience import shard
 from trainer.placement import Plan
 
@@ -63,8 +69,75 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
     return kwargs
 
 
+class EngineFailure(Fault):
+    """An engine failed more often than --max_engine_restarts allows, or an engine call of the weight push
+    missed its deadline; the message is the one line the job ends with."""
+
+
+#: Seconds a liveness ping (before a weight push) may take, at most (a hung engine is replaced, not waited for).
+PING_TIMEOUT = 60.0
+
+
+def one_line(error: BaseException | str, limit: int = 300) -> str:
+    """An error as one short line: a Ray task error's cause (not its remote traceback), type and message."""
+    if isinstance(error, str):
+        text = error
+    else:
+        cause = getattr(error, "cause", None)  # RayTaskError: the exception the actor raised
+        if isinstance(cause, BaseException) and cause is not error:
+            error = cause
+        first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
+        text = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class Restarts:
+    """Replacement bookkeeping: how often each engine slot was replaced, the job's total (the
+    ``engines/restarts`` metric), and the limit past which the job ends (``--max_engine_restarts``)."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        if count < 1 or limit < 0:
+            raise ValueError(f"Restarts({count}, {limit}): expected at least one engine and a limit >= 0")
+        self.limit = limit
+        self.per_engine = [0] * count
+        self.total = 0
+
+    def record(self, i: int, label: str, node: str, error: str) -> None:
+        """Count a replacement of engine ``i``; raises :class:`EngineFailure` (one line: the engine, its node, the
+        last error) when it is one more than the limit."""
+        if self.per_engine[i] >= self.limit:
+            raise EngineFailure(f"{label} on node {node} failed {self.per_engine[i] + 1} times (--max_engine_restarts "
+                                f"{self.limit}); last error: {error}")
+        self.per_engine[i] += 1
+        self.total += 1
+
+
+def replaceable(error: BaseException) -> bool:
+    """Whether a failed engine call is the engine's death (replace it and call again), not an error the call
+    itself raised (a bad request, a service outage), which would only repeat: a dead actor (Ray's
+    RayActorError, ActorDiedError), or a live actor whose vLLM engine core died (EngineDeadError)."""
+    import ray.exceptions
+
+    if isinstance(error, ray.exceptions.RayActorError):
+        return True
+    seen: BaseException | None = getattr(error, "cause", None) or error
+    while seen is not None:
+        if type(seen).__name__ in ("EngineDeadError", "ActorDiedError"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class Engines:
     """The job's rollout engines (Ray actor handles in ``self.handles``) and the calls a step makes on all.
+
+    Every call on the engines has a deadline (``--generate_timeout``). An engine that dies during a call or
+    misses its deadline is replaced (:meth:`replace`): killed, a fresh actor started with the same options on
+    the same bundle (engines of their own: in their own placement group), waited for (``--engine_start_timeout``),
+    and the call made again on it; a caller that needs the engines to hold the current weights passes
+    ``restore``, which pushes them before the call is repeated. :attr:`epoch` counts replacements (the
+    broadcast weight sync re-forms its group when it changed); ``restarts`` is the bookkeeping.
 
     Args:
         cfg: the validated TrainerConfig.
@@ -86,11 +159,11 @@ class Engines:
         if ep.backend == "vllm":
             from trainer.rollout.vllm_engine import VllmEngine as engine_cls
 
-            kwargs = vllm_kwargs(cfg, plan)
+            self._kwargs = vllm_kwargs(cfg, plan)
         else:
             from trainer.rollout.hf_engine import HfEngine as engine_cls
 
-            kwargs = {}
+            self._kwargs = {}
         # the engines call their node's retrieval service (RETRIEVER_TOKEN_ENV says which token they get from here)
         tool_env = {k: os.environ[k] for k in RETRIEVER_TOKEN_ENV if cfg.multi_turn and os.environ.get(k)}
         groups = {pg.name: pg for pg in plan.placement_groups()}
@@ -99,9 +172,10 @@ class Engines:
             from trainer.placement import node_local_bundles
 
             bundle_sets = node_local_bundles(policy_bundle_nodes, ep.count, ep.tp)
+        self._remote = ray.remote(engine_cls)
+        self._options: list[dict[str, Any]] = []  # what each engine is started with (a replacement: the same)
         self.handles: list[Any] = []
         self.labels: list[str] = []
-        remote = ray.remote(engine_cls)
         for i in range(ep.count):
             if ep.colocated:
                 pg = policy_pg
@@ -117,9 +191,16 @@ class Engines:
                     placement_group_capture_child_tasks=True))
             if env:
                 options["runtime_env"] = {"env_vars": env}
-            self.handles.append(remote.options(**options).remote(cfg.pretrain, **kwargs))
+            self._options.append(options)
+            self.handles.append(self._start(i))
             self.labels.append(f"{ep.name} {i}")
+        self.nodes: list[str] = ["?"] * ep.count
+        self.restarts = Restarts(ep.count, cfg.max_engine_restarts)
+        self.epoch = 0  # replacements so far: a weight-sync group formed before one must form again
         self._ready = False
+
+    def _start(self, i: int) -> Any:
+        return self._remote.options(**self._options[i]).remote(self.cfg.pretrain, **self._kwargs)
 
     # --- start-up ---------------------------------------------------------------------------------------
     def wait_ready(self, timeout_s: float | None = None) -> list[str]:
@@ -131,53 +212,153 @@ class Engines:
         self.nodes = wait_all([h.ready.remote() for h in self.handles], self.labels, timeout_s,
                               f"{len(self.handles)} rollout engine(s) start")
         self._ready = True
+        print("rollout engines ready: " + ", ".join(self._where(range(len(self.handles)))), flush=True)
         return self.nodes
 
-    # --- a step's calls ---------------------------------------------------------------------------------
-    def generate(self, texts: list[str], *, seed: int, logprobs: bool = False) -> list[Any]:
-        """``--n_samples_per_prompt`` samples of each text, prompt-major, the prompts spread over the engines."""
+    def _where(self, indices: Any) -> list[str]:
+        """'<label> on node <ip> (pid <pid>)' of the engines ``indices`` (started ones)."""
         import ray
 
-        cfg = self.cfg
-        parts = shard(len(texts), len(self.handles))
-        refs = [engine.generate.remote([texts[i] for i in idx], n=cfg.n_samples_per_prompt,
-                                       temperature=cfg.temperature, top_p=cfg.top_p,
-                                       max_new_tokens=cfg.generate_max_len, seed=seed, logprobs=logprobs)
-                for engine, idx in zip(self.handles, parts, strict=True) if idx]
-        return [s for chunk in ray.get(refs) for s in chunk]  # prompt-major, as the engines return them
+        pids = ray.get([self.handles[i].pid.remote() for i in indices])
+        return [f"{self.labels[i]} on node {self.nodes[i]} (pid {pid})" for i, pid in zip(indices, pids, strict=True)]
 
-    def generate_with_tools(self, texts: list[str], *, seed: int) -> tuple[list[Any], list[dict[str, float]]]:
+    # --- faults -----------------------------------------------------------------------------------------
+    def replace(self, failed: dict[int, str]) -> None:
+        """Replace the engines ``failed`` names (index -> why, one line each): each is counted (past
+        --max_engine_restarts the job ends with :class:`EngineFailure`), killed and started afresh with the
+        options it had, and every replacement is waited for (--engine_start_timeout). A replacement that dies
+        while it starts counts as one more failure of its engine."""
+        import ray
+
+        while failed:
+            for i, why in sorted(failed.items()):
+                ray.kill(self.handles[i], no_restart=True)  # a hung one too (and one past the limit: no waiting on it)
+                self.restarts.record(i, self.labels[i], self.nodes[i], why)
+                print(f"{self.labels[i]} on node {self.nodes[i]} failed: {why}; replacing it (restart "
+                      f"{self.restarts.per_engine[i]} of --max_engine_restarts {self.restarts.limit}, "
+                      f"engines/restarts {self.restarts.total})", flush=True)
+                self.handles[i] = self._start(i)
+                self.epoch += 1
+            starting = sorted(failed)
+            refs = [self.handles[i].ready.remote() for i in starting]
+            labels = [f"{self.labels[i]} (replacement)" for i in starting]
+            # one by one: a replacement that fails to start is itself replaced, the others are kept
+            wait_all(refs, labels, self.cfg.engine_start_timeout, f"{len(refs)} replacement engine(s) start",
+                     check=False)
+            failed = {}
+            for i, ref in zip(starting, refs, strict=True):
+                try:
+                    self.nodes[i] = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - counted and replaced again, or the job ends
+                    if not replaceable(exc):
+                        raise
+                    failed[i] = f"replacement did not start: {one_line(exc)}"
+            started = [i for i in starting if i not in failed]
+            if started:
+                print("replaced: " + ", ".join(self._where(started)), flush=True)
+
+    def call(self, method: str, calls: dict[int, tuple[tuple, dict[str, Any]]], timeout_s: float, what: str,
+             restore: Callable[[], Any] | None = None) -> dict[int, Any]:
+        """``method(*args, **kwargs)`` on engine ``i`` for each ``calls[i]``, all at once, each within
+        ``timeout_s``; returns engine index -> result. An engine that dies or misses the deadline is replaced
+        (:meth:`replace`), ``restore()`` (if given) hands the replacements the current weights, and its call is
+        made again, with the same arguments (the same seeds: the same result). Any other error of a call is
+        raised (it would only repeat)."""
+        import ray
+
+        results: dict[int, Any] = {}
+        todo = dict(calls)
+        while todo:
+            refs = {i: getattr(self.handles[i], method).remote(*args, **kwargs) for i, (args, kwargs) in todo.items()}
+            index = {ref: i for i, ref in refs.items()}
+            failed: dict[int, str] = {}
+            deadline = time.monotonic() + timeout_s
+            pending = list(refs.values())
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    for ref in pending:
+                        failed[index[ref]] = f"{what} did not return within {timeout_s:g} s (--generate_timeout)"
+                    break
+                done, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
+                for ref in done:
+                    try:
+                        results[index[ref]] = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - replaceable ones are handled, the rest raised
+                        if not replaceable(exc):
+                            raise
+                        failed[index[ref]] = f"died during {what}: {one_line(exc)}"
+            if not failed:
+                break
+            self.replace(failed)
+            if restore is not None:
+                restore()
+            todo = {i: calls[i] for i in failed}
+        return results
+
+    def revive(self) -> None:
+        """Before a weight push: every engine answers a ping within ``PING_TIMEOUT`` (or --generate_timeout, if
+        shorter); one that died since its last call, or hangs, is replaced (its weights come with the push)."""
+        timeout = min(PING_TIMEOUT, self.cfg.generate_timeout)
+        self.call("ready", {i: ((), {}) for i in range(len(self.handles))}, timeout, "a liveness ping")
+
+    def deadline(self, sequences: int) -> float:
+        """The deadline of a generate call of ``sequences`` on one engine: --generate_timeout per engine share of
+        a rollout batch it holds (an evaluation set may hold several), plus --retriever_outage_timeout with
+        tool rollouts (a retrieval outage is waited out inside the call)."""
+        shares = max(1, math.ceil(sequences / engine_batch(self.cfg, len(self.handles))))
+        extra = self.cfg.retriever_outage_timeout if self.cfg.multi_turn else 0.0
+        return self.cfg.generate_timeout * shares + extra
+
+    # --- a step's calls ---------------------------------------------------------------------------------
+    def _shares(self, texts: list[str], n: int, **kwargs: Any) -> tuple[dict[int, tuple[tuple, dict[str, Any]]], int]:
+        parts = shard(len(texts), len(self.handles))
+        calls = {i: (([texts[j] for j in idx],), dict(n=n, **kwargs)) for i, idx in enumerate(parts) if idx}
+        return calls, max((len(idx) for idx in parts), default=0) * n
+
+    def generate(self, texts: list[str], *, seed: int, logprobs: bool = False, n: int | None = None,
+                 temperature: float | None = None, restore: Callable[[], Any] | None = None) -> list[Any]:
+        """``n`` (default --n_samples_per_prompt) samples of each text at ``temperature`` (default --temperature;
+        0: greedy), prompt-major, the prompts spread over the engines. An engine that fails is replaced and its
+        share generated again (see :meth:`call`; ``restore`` pushes the current weights to the replacement)."""
+        cfg = self.cfg
+        n = cfg.n_samples_per_prompt if n is None else n
+        temperature = cfg.temperature if temperature is None else temperature
+        calls, most = self._shares(texts, n, temperature=temperature, top_p=cfg.top_p if temperature > 0 else 1.0,
+                                   max_new_tokens=cfg.generate_max_len, seed=seed, logprobs=logprobs)
+        results = self.call("generate", calls, self.deadline(most), "generate", restore)
+        return [s for i in sorted(results) for s in results[i]]  # prompt-major, as the engines return them
+
+    def generate_with_tools(self, texts: list[str], *, seed: int, n: int | None = None,
+                            temperature: float | None = None,
+                            restore: Callable[[], Any] | None = None) -> tuple[list[Any], list[dict[str, float]]]:
         """Multi-turn search rollouts: each engine runs the turn loop in its own process, so it asks the
         retrieval service of its node (``{node_ip}`` in --retriever_url); see trainer.rollout.tools. Returns
-        the samples and each engine's time split."""
-        import ray
-
+        the samples and each engine's time split. Failed engines: as :meth:`generate`."""
         cfg = self.cfg
-        parts = shard(len(texts), len(self.handles))
-        refs = [engine.generate_with_tools.remote(
-                    [texts[i] for i in idx], n=cfg.n_samples_per_prompt, temperature=cfg.temperature,
-                    top_p=cfg.top_p, max_new_tokens=cfg.generate_max_len, seed=seed,
-                    retriever_url=cfg.retriever_url, retriever_topk=cfg.retriever_topk, max_turns=cfg.max_turns,
-                    retriever_timeout=cfg.retriever_timeout, retriever_retries=cfg.retriever_retries)
-                for engine, idx in zip(self.handles, parts, strict=True) if idx]
-        results = ray.get(refs)
-        return [s for chunk, _ in results for s in chunk], [stats for _, stats in results]
+        n = cfg.n_samples_per_prompt if n is None else n
+        temperature = cfg.temperature if temperature is None else temperature
+        calls, most = self._shares(
+            texts, n, temperature=temperature, top_p=cfg.top_p if temperature > 0 else 1.0,
+            max_new_tokens=cfg.generate_max_len, seed=seed, retriever_url=cfg.retriever_url,
+            retriever_topk=cfg.retriever_topk, max_turns=cfg.max_turns, retriever_timeout=cfg.retriever_timeout,
+            retriever_retries=cfg.retriever_retries, retriever_outage_timeout=cfg.retriever_outage_timeout)
+        results = self.call("generate_with_tools", calls, self.deadline(most), "generate", restore)
+        return ([s for i in sorted(results) for s in results[i][0]], [results[i][1] for i in sorted(results)])
 
     def sleep(self) -> dict[str, int]:
         """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed per
         GPU, summed over the engines sharing one (what waking them needs back there)."""
-        import ray
-
         need: dict[str, int] = {}
-        for freed in ray.get([engine.sleep.remote() for engine in self.handles]):
+        everyone = {i: ((), {}) for i in range(len(self.handles))}
+        for freed in self.call("sleep", everyone, self.cfg.generate_timeout, "sleep").values():
             for device, nbytes in freed.items():
                 need[device] = need.get(device, 0) + nbytes
         return need
 
     def wake(self, tags: list[str] | None = None) -> None:
-        import ray
-
-        ray.get([engine.wake_up.remote(tags=tags) for engine in self.handles])
+        everyone = {i: ((), {"tags": tags}) for i in range(len(self.handles))}
+        self.call("wake_up", everyone, self.cfg.generate_timeout, "wake-up")
 
     def shutdown(self) -> None:
         import ray
@@ -187,8 +368,8 @@ class Engines:
             if started:  # an engine still in its constructor (a start-up deadline passed) is only killed
                 try:
                     ray.get(engine.shutdown.remote(), timeout=60)
-                except Exception as exc:  # noqa: BLE001 (shutting down regardless)
-                    log.warning("engine shutdown: %s", exc)
+                except Exception as exc:  # noqa: BLE001 (shutting down regardless; a killed one says so)
+                    log.warning("engine shutdown: %s", one_line(exc))
             ray.kill(engine)
         for pg in self.own_pgs:
             ray.util.remove_placement_group(pg)
@@ -196,4 +377,3 @@ class Engines:
 
     def __len__(self) -> int:
         return len(self.handles)
-

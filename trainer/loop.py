@@ -8,6 +8,7 @@ Ray actors, rewards come from the remote reward service or a local function.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -22,6 +23,7 @@ from trainer.actors.model_worker import ModelWorker
 from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
 from trainer.engines import Engines
+from trainer.evaluate import Evaluator
 from trainer.experience import Experience, build_experience, pad_right, shard
 from trainer.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
@@ -40,7 +42,8 @@ def make_reward(cfg):
     """The reward: remote services (health-checked now, not an hour in) or a local function."""
     if cfg.remote_rm_url:
         client = RemoteRewardClient(list(cfg.remote_rm_url), token=token_from_env(),
-                                    timeout=cfg.remote_rm_timeout, retries=cfg.remote_rm_retries)
+                                    timeout=cfg.remote_rm_timeout, retries=cfg.remote_rm_retries,
+                                    outage_timeout=cfg.reward_outage_timeout)
         client.health_check()
         return client.score
     return resolve_reward_fn(cfg.reward_fn)
@@ -105,6 +108,7 @@ class Trainer:
                  if cfg.use_wandb else None)
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
                                      cfg.use_tensorboard, wandb=wandb)
+        self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.evaluate)
         if cfg.sft_warmup_steps:
             self.warmup()
         if cfg.load_checkpoint:
@@ -182,11 +186,12 @@ class Trainer:
         with self.timer("sync"):
             synced = self.rollouts.push(self.sync_weights)
         self.sampler_state = rollout.sampler_state
-        metrics = {**rollout.metrics, **extra, **train_metrics, **self.timer.times, "sync/gib": synced / 2**30,
-                   "timing/step": time.perf_counter() - t0}
+        evals = self.evaluator.after_step(self.step_no)  # with the weights just synced, every --eval_steps
+        metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
+                   "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
         if self._sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
-        if self.step_no % cfg.logging_steps == 0:
+        if self.step_no % cfg.logging_steps == 0 or evals:
             self.metrics.log(self.step_no, metrics)
         if cfg.save_steps > 0 and self.step_no % cfg.save_steps == 0:
             self.save_checkpoint()
@@ -197,13 +202,16 @@ class Trainer:
         --skip_rollout_logprobs), and for multi-turn search rollouts (--retriever_url) each engine's time
         split."""
         self.engines.wait_ready()
+        restore = functools.partial(self.rollouts.restore, self.sync_weights)  # replaced engines need the weights
         if self.cfg.multi_turn:
-            return self.engines.generate_with_tools(texts, seed=seed)
-        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs), []
+            return self.engines.generate_with_tools(texts, seed=seed, restore=restore)
+        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs,
+                                     restore=restore), []
 
     def score(self, prompts, samples):
-        """The rewards of one rollout (RewardBatch), by the remote service or the local function."""
-        n = self.cfg.n_samples_per_prompt
+        """The rewards of ``samples`` (RewardBatch; the same number of samples per prompt, prompt-major), by the
+        remote service or the local function."""
+        n = len(samples) // max(len(prompts), 1)
         labels = [p.label for p in prompts for _ in range(n)]
         return self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
 
@@ -336,17 +344,18 @@ class Trainer:
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
-    def save_checkpoint(self, tag: str | None = None, *, hf: bool | None = None) -> Path:
+    def save_checkpoint(self, tag: str | None = None, *, hf: bool | None = None, root: str | None = None) -> Path:
         """The policy's (and critic's) DeepSpeed state and the client state (step, optimizer steps, sampler,
-        reward normaliser), written atomically under --ckpt_path (:mod:`trainer.checkpoint`); ``hf`` (default
-        --save_hf_ckpt) adds the HF model. ``tag`` None: ``global_step<N>``, which becomes ``latest``, older ones
-        past --max_ckpt_num go. A tag of the caller's (e.g. ``"best"``): kept beside them, replaced atomically
-        when saved again, never ``latest``, never pruned. Returns the checkpoint's directory."""
+        reward normaliser), written atomically under --ckpt_path, or under ``root`` (the best one of
+        --save_best, :mod:`trainer.evaluate`) (:mod:`trainer.checkpoint`); ``hf`` (default --save_hf_ckpt) adds
+        the HF model. ``tag`` None: ``global_step<N>``, which becomes ``latest``, older ones past --max_ckpt_num
+        go. A tag of the caller's: kept beside them, replaced atomically when saved again, never ``latest``, never
+        pruned. Returns the checkpoint's directory."""
         cfg = self.cfg
         client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler_state,
                   "norm": self.norm.state_dict() if self.norm else None}
         save_hf = cfg.save_hf_ckpt if hf is None else hf
-        return checkpoint.save(Path(cfg.ckpt_path), tag or f"global_step{self.step_no}", self._checkpointed(), client,
+        return checkpoint.save(Path(root or cfg.ckpt_path), tag or f"global_step{self.step_no}", self._checkpointed(), client,
                                hf=self.policy if save_hf else None, latest=tag is None,
                                keep=cfg.max_ckpt_num if tag is None else None)
 
@@ -378,6 +387,7 @@ class Trainer:
         total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
         self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator,
                           sft_warmup_steps=cfg.sft_warmup_steps)
+        self.evaluator.at_start()  # --eval_at_start: step 0, the weights the run starts from
         if cfg.async_train:  # rollouts made ahead of training, at most --max_staleness versions old
             self.rollouts = AsyncRollouts(self, self.step_no + 1, total, cfg.max_staleness)
         try:

@@ -16,13 +16,22 @@ correct for it.
 reward lies outside ``--dynamic_filtering_reward_range``) carries no gradient; it is dropped and more prompts
 are drawn until the batch holds ``--rollout_batch_size`` informative ones, at most
 ``--dynamic_filtering_max_rounds`` rollouts; ``dynamic_filtering/*`` says how many were dropped.
+
+**Engine faults** (:mod:`trainer.engines`): an engine that dies or hangs while it generates is replaced and its
+share generated again with the same seeds; first the replacement needs the weights the other engines hold.
+The step hands the engines a ``restore`` for that (:meth:`SyncRollouts.restore`: push now, the policy holds
+exactly those weights). In async mode the policy may be training the next version meanwhile, so the producer
+waits (:meth:`AsyncRollouts.restore`): for the trainer to be idle (waiting for this batch: the producer
+pushes, the trainer waits) or for the trainer's own next push, which reaches the replacement too; then the
+engines hold a newer version than the batch's first shares, and the batch is drawn and generated again,
+whole, with it (:class:`WeightsMoved`). ``engines/restarts`` logs the job's replacements so far.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,7 +104,8 @@ def collect(trainer: Any, step: int) -> Rollout:
                 rewards += scored.rewards[g * n:(g + 1) * n]
         if len(prompts) >= want:
             break
-    metrics = {"timing/generate": t_gen, "timing/score": t_score}
+    metrics = {"timing/generate": t_gen, "timing/score": t_score, "rollout/samples": float(len(samples)),
+               "engines/restarts": float(trainer.engines.restarts.total)}
     if cfg.dynamic_filtering:
         metrics.update({"dynamic_filtering/filtered_share": dropped / max(drawn, 1),
                         "dynamic_filtering/rounds": float(r + 1),
@@ -107,6 +117,11 @@ def collect(trainer: Any, step: int) -> Rollout:
                                f"{cfg.dynamic_filtering_reward_range}): nothing to train on")
     extra = {k: sum(v) / len(v) for k, v in logs.items()}
     return Rollout(prompts, samples, RewardBatch(rewards, extra), metrics, tool_stats, trainer.sampler.state_dict())
+
+
+class WeightsMoved(Exception):  # noqa: N818 - a signal to generate the batch again, not an error
+    """Async: while a replacement engine waited for its weights the trainer pushed a newer version to every
+    engine; the batch in the making is drawn and generated again, whole, with that version."""
 
 
 class SyncRollouts:
@@ -123,6 +138,14 @@ class SyncRollouts:
     def push(self, push: Callable[[], int]) -> int:
         return push()
 
+    def exclusive(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` on the engines (an evaluation): nothing else generates meanwhile."""
+        return work()
+
+    def restore(self, push: Callable[[], Any]) -> None:
+        """Replacement engines need the weights the others hold: the policy's (nothing trains meanwhile)."""
+        push()
+
     def close(self) -> None:
         pass
 
@@ -137,9 +160,11 @@ class AsyncRollouts:
         self.version = first_step - 1  # the engines hold the weights trained by the steps before first_step
         self.cond = threading.Condition()
         self.generating = False  # the producer is generating a batch
-        self.pushing = False  # the trainer is pushing weights
+        self.pushing = False  # the trainer is pushing weights (or evaluating): the engines are its
+        self.waiting = False  # the trainer waits for a batch: the policy is idle and holds `version`
+        self.repairing = False  # the producer pushes weights to replacement engines: the trainer waits
         self.stopped = False
-        self.out: queue.Queue = queue.Queue()
+        self.out: deque[Rollout | BaseException] = deque()
         self.push_wait = 0.0
         self.thread = threading.Thread(target=self._produce, args=(first_step,), name="rollout-producer",
                                        daemon=True)
@@ -155,21 +180,43 @@ class AsyncRollouts:
                         return
                     self.generating = True
                     version = self.version
+                drawn = self.trainer.sampler.state_dict()
                 try:
-                    rollout = collect(self.trainer, step)
+                    while True:
+                        try:
+                            rollout = collect(self.trainer, step)
+                            break
+                        except WeightsMoved:  # generate the batch again, whole, with the newer weights
+                            self.trainer.sampler.load_state_dict(drawn)
+                            with self.cond:
+                                version = self.version
+                                if self.stopped:
+                                    return
                 finally:
                     with self.cond:
                         self.generating = False
                         self.cond.notify_all()
                 rollout.version = version
-                self.out.put(rollout)
+                self._put(rollout)
                 step += 1
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
-            self.out.put(exc)
+            self._put(exc)
+
+    def _put(self, item: Rollout | BaseException) -> None:
+        with self.cond:
+            self.out.append(item)
+            self.cond.notify_all()
 
     def next(self, step: int) -> Rollout:
         t0 = time.perf_counter()
-        item = self.out.get()
+        with self.cond:
+            self.waiting = True
+            self.cond.notify_all()  # a producer waiting to restore replaced engines may push now
+            try:
+                self.cond.wait_for(lambda: self.out and not self.repairing)
+                item = self.out.popleft()
+            finally:
+                self.waiting = False
         if isinstance(item, BaseException):
             raise RuntimeError(f"the rollout producer failed: {type(item).__name__}: {item}") from item
         item.metrics["async/staleness"] = float(step - 1 - item.version)
@@ -177,22 +224,51 @@ class AsyncRollouts:
         item.metrics["async/push_wait"] = self.push_wait
         return item
 
-    def push(self, push: Callable[[], int]) -> int:
-        """Hand the weights of the next version to the engines between two batches: waits for the batch being
-        generated to end, pushes, and lets the producer go on."""
+    def exclusive(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` on the engines between two batches (the weight push, an evaluation): waits for the
+        batch being generated to end; the producer waits until ``work`` is done."""
         t0 = time.perf_counter()
         with self.cond:
             self.cond.wait_for(lambda: not self.generating or self.stopped)
             self.push_wait = time.perf_counter() - t0
-            self.pushing = True  # the engines are ours for the push
+            self.pushing = True
         try:
-            nbytes = push()
+            return work()
         finally:
             with self.cond:
                 self.pushing = False
+                self.cond.notify_all()
+
+    def push(self, push: Callable[[], int]) -> int:
+        """Hand the weights of the next version to the engines between two batches: waits for the batch being
+        generated to end, pushes, and lets the producer go on."""
+        try:
+            return self.exclusive(push)
+        finally:
+            with self.cond:
                 self.version += 1
                 self.cond.notify_all()
-        return nbytes
+
+    def restore(self, push: Callable[[], Any]) -> None:
+        """Called by the producer when engines were replaced mid-batch: they need the weights the others hold
+        (``version``). The trainer may be training the next version, so wait: until the trainer is idle
+        (waiting for this batch: then ``push`` here, while it waits), or until its own next push, which reaches
+        the replacements too (then :class:`WeightsMoved`: the batch is made again with the newer version)."""
+        with self.cond:
+            version = self.version
+            self.generating = False  # a trainer waiting to push goes ahead
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self.stopped or self.version != version or self.waiting)
+            self.generating = True
+            if self.stopped or self.version != version:
+                raise WeightsMoved(f"the engines hold version {self.version} now, not {version}")
+            self.repairing = True  # the trainer stays in next() until the replacements have the weights
+        try:
+            push()
+        finally:
+            with self.cond:
+                self.repairing = False
+                self.cond.notify_all()
 
     def close(self) -> None:
         with self.cond:

@@ -290,11 +290,13 @@ def make_sync_group(
     return SyncGroup(pg, store, rank, world_size, backend, dev)
 
 
-def close_sync_group(group: SyncGroup) -> None:
-    """Shut the group's backend down (NCCL warns at exit otherwise); the group is unusable afterwards."""
-    shutdown = getattr(group.pg, "shutdown", None)
-    if shutdown is not None:
-        shutdown()
+def close_sync_group(group: SyncGroup, abort: bool = False) -> None:
+    """Shut the group's backend down (NCCL warns at exit otherwise); the group is unusable afterwards.
+    ``abort``: tear it down without waiting for the other members (some may be dead: an engine was
+    replaced), where the backend can (NCCL's ``ncclCommAbort``)."""
+    end = (getattr(group.pg, "abort", None) if abort else None) or getattr(group.pg, "shutdown", None)
+    if end is not None:
+        end()
 
 
 def broadcast_tensor(group: SyncGroup, tensor: torch.Tensor, src: int = 0) -> None:

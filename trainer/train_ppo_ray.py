@@ -4,12 +4,14 @@ Parses and validates the flags into a :class:`trainer.config.TrainerConfig`. Wit
 prints the resolved configuration (derived sizes included) as JSON and exits 0 without importing Ray,
 DeepSpeed or torch; otherwise it hands the config to ``trainer.loop.run``.
 
-Exit codes: 0 success; 2 usage or validation error (every problem listed on stderr) or training loop
-not installed.
+Exit codes: 0 success; 1 a fault the job ends on (a start-up deadline, an engine replaced more often than
+--max_engine_restarts, a service down past its outage deadline), printed as one line on stderr; 2 usage or
+validation error (every problem listed on stderr) or training loop not installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -44,8 +46,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: training loop not available yet (trainer/loop.py is missing)", file=sys.stderr)
         return 2
-    result = loop.run(config)
+    from trainer.deadlines import fault_line
+
+    try:
+        result = loop.run(config)
+    except Exception as err:
+        line = fault_line(err)
+        if line is None:
+            raise
+        _disconnect()  # Ray would go on printing its workers' last lines after this one
+        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+        return 1
     return result if isinstance(result, int) else 0
+
+
+def _disconnect() -> None:
+    """Leave the Ray cluster (if joined), so that the fault's line is the job's last."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        with contextlib.suppress(Exception):  # the fault is what matters here
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,13 @@ placement plan (``Plan.weight_transport``), chosen once by :func:`make_weight_sy
 
 ``push`` returns the bytes of weights handed over. Waking sleeping engines around a push is the trainer's
 choreography (``Trainer.sync_weights``), not the transport's.
+
+Faults: before every push each engine answers a ping (``Engines.revive``: a dead or hung one is replaced and
+gets its weights from this very push), and the push itself has a deadline (``--generate_timeout``). When
+engines were replaced since the broadcast group formed (``Engines.epoch``), :class:`BroadcastSync` re-forms
+it: policy rank 0 and the surviving engines leave the old group, and the whole group forms again with the
+replacements. An engine that dies *during* a push ends the job with one line: the policy ranks are inside
+collectives (ZeRO-3 gathers) that cannot be resumed midway.
 """
 
 from __future__ import annotations
@@ -31,9 +38,27 @@ class WeightSync(abc.ABC):
     def __init__(self, cfg: Any, plan: Any, policy: Any, engines: Any) -> None:
         self.cfg, self.plan, self.policy, self.engines = cfg, plan, policy, engines
 
-    @abc.abstractmethod
     def push(self) -> int:
-        """Hand the current weights to every engine; returns the bytes handed over."""
+        """Hand the current weights to every engine (replacing first any that died or hangs); returns the bytes
+        handed over."""
+        self.engines.revive()
+        return self._push()
+
+    @abc.abstractmethod
+    def _push(self) -> int:
+        """The transport's push (the engines are alive)."""
+
+    def _get(self, refs: list[Any], labels: list[str]) -> list[Any]:
+        """``ray.get`` of a push's calls within --generate_timeout; a call that fails or misses it ends the job
+        with one line (see the module docstring)."""
+        from trainer.engines import EngineFailure, one_line
+
+        try:
+            return wait_all(refs, labels, self.cfg.generate_timeout, f"weight push ({self.name})", diagnose=False)
+        except Exception as exc:
+            raise EngineFailure(f"weight push ({self.name}) to {len(self.engines)} engine(s) failed: "
+                                f"{one_line(exc)} (an engine that fails during a push cannot be replaced midway; "
+                                "resume from the last checkpoint)") from exc
 
     def describe(self) -> str:
         return self.name
@@ -47,11 +72,9 @@ class SharedSync(WeightSync):
         return (f"in place ({kind}) into {len(self.engines)} colocated engine(s), buckets of "
                 f"{self.cfg.sync_bucket_bytes / 2**20:g} MiB")
 
-    def push(self) -> int:
-        import ray
-
-        return ray.get(self.policy.async_run("push_weights_shared", self.engines.handles,
-                                             self.cfg.sync_bucket_bytes))[0]
+    def _push(self) -> int:
+        refs = self.policy.async_run("push_weights_shared", self.engines.handles, self.cfg.sync_bucket_bytes)
+        return self._get(refs, [f"policy rank {r}" for r in range(len(refs))])[0]
 
 
 class BroadcastSync(WeightSync):
@@ -62,6 +85,8 @@ class BroadcastSync(WeightSync):
         self.backend = cfg.vllm_sync_backend if plan.use_gpus else "gloo"
         self.formed = False
         self.where = ""
+        self.members: list[Any] = []  # the engine handles the group was formed with
+        self.epoch = -1  # Engines.epoch when it formed: replacements since then mean re-forming it
 
     def describe(self) -> str:
         note = ""
@@ -71,10 +96,32 @@ class BroadcastSync(WeightSync):
         return (f"{self.backend} broadcast group of {1 + len(self.engines) * tp} (policy rank 0 + "
                 f"{len(self.engines)} engines x TP {tp}){' at ' + self.where if self.where else ''}{note}")
 
+    def leave(self) -> None:
+        """Policy rank 0 and the engines of the last group that are still there leave it (replaced engines are
+        gone with theirs), so that it can form again; within --dist_timeout, failures only logged."""
+        import ray
+
+        alive = [h for h in self.members if any(h is cur for cur in self.engines.handles)]
+        refs = [self.policy.actors[0].close_weight_sync.remote(), *[h.close_weight_sync_group.remote(abort=True) for h in alive]]
+        done, pending = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.dist_timeout)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the group is being replaced; say so and go on
+                print(f"weight sync: leaving the old group: {type(exc).__name__}: {exc}", flush=True)
+        if pending:
+            print(f"weight sync: {len(pending)} member(s) did not leave the old group within {self.cfg.dist_timeout:g} s",
+                  flush=True)
+        self.formed = False
+
     def form(self) -> None:
         """Policy rank 0 and every engine worker join the group (engines must be up), within --dist_timeout."""
         import ray
 
+        if self.formed:  # engines were replaced since: the whole group forms again, replacements included
+            print(f"weight sync: re-forming the {self.backend} group with {self.engines.epoch - self.epoch} "
+                  "replaced engine(s)", flush=True)
+            self.leave()
         tp = self.plan.engines.tp
         world = 1 + len(self.engines) * tp
         addr, port = ray.get(self.policy.actors[0].rendezvous_address.remote())
@@ -86,27 +133,27 @@ class BroadcastSync(WeightSync):
         wait_all([sender, *joins], ["policy rank 0", *self.engines.labels], self.cfg.dist_timeout,
                  f"weight-sync {self.backend} group at {self.where}", diagnose=False)
         self.formed = True
+        self.members = list(self.engines.handles)
+        self.epoch = self.engines.epoch
         print(f"weight sync: {self.describe()}", flush=True)
 
-    def push(self) -> int:
-        import ray
-
-        if not self.formed:
+    def _push(self) -> int:
+        if not self.formed or self.epoch != self.engines.epoch:
             self.form()
+        sends = self.policy.async_run("broadcast_weights", self.cfg.sync_bucket_bytes)
         receives = [engine.receive_weights.remote() for engine in self.engines.handles]
-        return ray.get(self.policy.async_run("broadcast_weights", self.cfg.sync_bucket_bytes) + receives)[0]
+        labels = [f"policy rank {r}" for r in range(len(sends))] + list(self.engines.labels)
+        return self._get(sends + receives, labels)[0]
 
 
 class SafetensorsSync(WeightSync):
     name = "safetensors"
 
-    def push(self) -> int:
-        import ray
-
+    def _push(self) -> int:
         from trainer.sync import to_safetensors_bytes
 
         blob = to_safetensors_bytes(self.policy.run("full_state")[0])
-        ray.get([engine.update_weights.remote(blob) for engine in self.engines.handles])
+        self._get([engine.update_weights.remote(blob) for engine in self.engines.handles], list(self.engines.labels))
         return len(blob)
 
 

@@ -72,13 +72,14 @@ def test_unreachable_service_is_retried_with_backoff_then_named():
 
 
 class _Flaky(BaseHTTPRequestHandler):
-    """Answers 503 to the first `fail` POSTs, then `answer` (set on the server object)."""
+    """Answers 503 to the first `fail` POSTs and to every POST before `fail_until` (monotonic), then `answer` (set
+    on the server object)."""
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         srv = self.server
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         srv.requests.append(body)
-        if len(srv.requests) <= srv.fail:
+        if len(srv.requests) <= srv.fail or time.monotonic() < srv.fail_until:
             payload, code = b'{"error": "warming up"}', 503
         else:
             payload, code = json.dumps(srv.answer(body)).encode(), 200
@@ -95,7 +96,7 @@ class _Flaky(BaseHTTPRequestHandler):
 @pytest.fixture
 def flaky():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
-    srv.requests, srv.fail = [], 0
+    srv.requests, srv.fail, srv.fail_until = [], 0, 0.0
     srv.answer = lambda body: {"rewards": [0.5] * len(body["query"]), "extra_logs": {"n_items": len(body["query"])}}
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -116,6 +117,75 @@ def test_5xx_beyond_the_retries_names_the_last_cause(flaky):
     srv.fail = 10
     with pytest.raises(RewardServiceError, match=r"failed after 2 attempts: HTTP 503: warming up"):
         RemoteRewardClient([url], retries=1, backoff=0.01).score(["a"])
+
+
+def _client(which, url, **kw):
+    from trainer.retrieval.client import RetrievalClient
+
+    if which == "reward":
+        return RemoteRewardClient([url], **kw), lambda c: c.score(["a", "b"]).rewards
+    return RetrievalClient(url.replace("/get_reward", "/retrieve"), token="t", **kw), lambda c: c.search(["q"])
+
+
+@pytest.mark.parametrize("which", ["reward", "retrieval"])
+def test_an_outage_shorter_than_its_deadline_is_waited_out(flaky, which, capsys):
+    """Issue 31: a service that answers 5xx for 1.5 s, far beyond 1 retry, is waited for (exponential backoff)
+    up to --reward_outage_timeout / --retriever_outage_timeout; the job sees the answer, said so when the
+    outage started and when it ended."""
+    srv, url = flaky
+    srv.fail_until = time.monotonic() + 1.5
+    srv.answer = lambda body: ({"rewards": [1.0] * len(body["query"])} if "query" in body else
+                               {"result": [[] for _ in body["queries"]]})
+    client, call = _client(which, url, retries=1, backoff=0.05, outage_timeout=30)
+    started = time.monotonic()
+    assert call(client) in ([1.0, 1.0], [[]])
+    assert 1.5 <= time.monotonic() - started < 6
+    assert len(srv.requests) >= 4  # backed off, not hammering: 0.05, 0.1, 0.2, 0.4, 0.8 ...
+    out = capsys.readouterr().out
+    flag = "reward_outage_timeout" if which == "reward" else "retriever_outage_timeout"
+    assert f"{url if which == 'reward' else url.replace('/get_reward', '/retrieve')} is not answering (HTTP 503: " \
+           f"warming up); waiting for it up to 30 s (--{flag})" in out
+    assert "answers again after" in out
+
+
+@pytest.mark.parametrize("which", ["reward", "retrieval"])
+def test_an_outage_past_its_deadline_ends_with_one_line_naming_url_and_last_error(flaky, which):
+    from trainer.retrieval.client import RetrievalError
+
+    srv, url = flaky
+    srv.fail = 10_000
+    client, call = _client(which, url, retries=2, backoff=0.05, outage_timeout=1.0)
+    flag = "reward_outage_timeout" if which == "reward" else "retriever_outage_timeout"
+    started = time.monotonic()
+    with pytest.raises(RewardServiceError if which == "reward" else RetrievalError,
+                       match=rf"service http://127.0.0.1:\d+/\w+ failed after \d+ attempts over 1 s \(--{flag} 1\): "
+                             r"HTTP 503: warming up$"):
+        call(client)
+    assert 1.0 <= time.monotonic() - started < 3.0  # the deadline, not the sum of a doubling backoff
+
+
+def test_a_service_that_comes_back_on_its_port_is_waited_for():
+    """Connection refused (the service is restarting): the request goes out again once it listens."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/get_reward"
+    answered = {}
+
+    def later():
+        time.sleep(1.5)
+        srv = ThreadingHTTPServer(("127.0.0.1", port), _Flaky)
+        srv.requests, srv.fail, srv.fail_until = [], 0, 0.0
+        srv.answer = lambda body: {"rewards": [1.0] * len(body["query"])}
+        answered["srv"] = srv
+        srv.serve_forever()
+
+    threading.Thread(target=later, daemon=True).start()
+    try:
+        batch = RemoteRewardClient([url], retries=0, backoff=0.1, outage_timeout=30).score(["a", "b", "c"])
+        assert batch.rewards == [1.0, 1.0, 1.0]
+    finally:
+        if "srv" in answered:
+            answered["srv"].shutdown()
+            answered["srv"].server_close()
 
 
 @pytest.mark.parametrize("answer,message", [

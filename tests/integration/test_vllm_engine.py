@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,6 +247,40 @@ def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) ->
         if sender.is_alive():
             sender.kill()
         vllm_engine.update_weights(load_tensors(models[0]))
+
+
+@pytest.mark.parametrize("abort", [True, False])
+def test_a_weight_sync_group_forms_again_after_its_other_member_is_gone(vllm_engine, hf_refs, models, abort) -> None:  # noqa: ANN001
+    """Issue 31: when engines are replaced the broadcast group forms again, and a surviving engine leaves its old
+    group first (aborting it, as trainer.weight_sync does, or shutting it down), whose other members may be dead:
+    leaving must not hang on them, and the new group on another port must carry the next push."""
+    ctx = mp.get_context("spawn")
+    ports: list[int] = []
+    first = ctx.Process(target=_sender, args=(_free_port_and(ports), str(models[1]), 200_000), daemon=True)
+    first.start()
+    try:
+        assert vllm_engine.init_weight_sync_group("127.0.0.1", ports[0], 1, 2, "gloo", 120) == [1]
+        vllm_engine.receive_weights(src=0)
+        first.join(timeout=60)  # the old sender is gone (its process ended): what the group's rank 0 was
+        assert first.exitcode == 0
+        started = time.monotonic()
+        vllm_engine.close_weight_sync_group(abort=abort)
+        assert time.monotonic() - started < 10
+        second = ctx.Process(target=_sender, args=(_free_port_and(ports), str(models[0]), 200_000), daemon=True)
+        second.start()
+        assert vllm_engine.init_weight_sync_group("127.0.0.1", ports[1], 1, 2, "gloo", 120) == [1]
+        assert vllm_engine.receive_weights(src=0) == len(load_tensors(models[0]))
+        second.join(timeout=60)
+        assert second.exitcode == 0
+        assert greedy_ids(vllm_engine, PROMPTS) == greedy_ids(hf_refs[0], PROMPTS)  # the new group's weights
+    finally:
+        vllm_engine.close_weight_sync_group()
+        vllm_engine.update_weights(load_tensors(models[0]))
+
+
+def _free_port_and(ports: list[int]) -> int:
+    ports.append(_free_port())
+    return ports[-1]
 
 
 def test_shared_buckets_load_in_place(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001

@@ -416,3 +416,52 @@ def test_multi_turn_search_flags():
         "of the engine's node) is replaced"]
     assert any("--max_turns must be >= 1" in p or "max_turns" in p and "0" in p
                for p in problems_of(with_flags(f"--retriever_url {url}", "--max_turns 0")))
+
+
+# --- issue 31: evaluation, engine faults, service outages -----------------------------------------------------
+def test_evaluation_flags_under_their_openrlhf_and_dotted_names():
+    ours = parse_args([*SEED, "--eval_data", "/e.jsonl", "--eval_steps", "5", "--eval_n_samples", "8",
+                       "--eval_temperature", "0.7", "--save_best", "eval/pass@8"])
+    flat = parse_args([*SEED, "--eval_dataset", "/e.jsonl", "--eval_steps", "5", "--eval_n_samples_per_prompt", "8",
+                       "--eval_temperature", "0.7", "--save_best", "eval/pass@8"])
+    dotted = parse_args([*SEED, "--eval.dataset", "/e.jsonl", "--eval.steps", "5", "--eval.n_samples_per_prompt",
+                         "8", "--eval.temperature", "0.7", "--save_best", "eval/pass@8"])
+    assert ours == flat == dotted
+    assert (ours.eval_data, ours.eval_steps, ours.eval_n_samples, ours.eval_temperature) == ("/e.jsonl", 5, 8, 0.7)
+    assert parse_args([*SEED, "--eval_steps", "-1"]) == parse_args(SEED)  # OpenRLHF's default: no evaluation
+    assert parse_args([*SEED, "--eval_split", "train"]) == parse_args(SEED)  # its one-file meaning
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--eval_steps", "10"], "--eval_steps 10 is only used with --eval_data; there is nothing to evaluate on"),
+    (["--eval_data", "/e.jsonl"], "--eval_data /e.jsonl without --eval_steps N or --eval_at_start: it would never "
+                                  "be evaluated on"),
+    (["--eval_data", "/e.jsonl", "--eval_steps", "0"], "--eval_steps 0: expected -1 (no evaluation during "
+                                                       "training) or N >= 1"),
+    (["--eval_data", "/e.jsonl", "--eval_steps", "2", "--save_best", "eval/pass@8"],
+     "--save_best eval/pass@8: the evaluation samples --eval_n_samples 4 answers per prompt, so its metric is "
+     "eval/pass@4"),
+    (["--eval_data", "/e.jsonl", "--eval_steps", "2", "--save_best", "reward/mean"],
+     "--save_best 'reward/mean': expected an eval metric: eval/greedy, eval/pass@4, eval/mean@4"),
+    (["--eval_data", "/e.jsonl", "--eval_at_start", "--save_best", "eval/greedy"],
+     "--save_best eval/greedy with --eval_at_start only: one evaluation has nothing to compare"),
+    (["--reward_fn", "math_verify", "--reward_outage_timeout", "60"],
+     "--reward_outage_timeout 60 is only used with --remote_rm_url; the reward is a local function"),
+    (["--retriever_outage_timeout", "60"], "--retriever_outage_timeout 60 is only used with --retriever_url"),
+    (["--generate_timeout", "0"], "generate_timeout"),
+    (["--max_engine_restarts", "-1"], "max_engine_restarts"),
+])
+def test_evaluation_and_fault_flags_are_refused_where_they_would_do_nothing(extra, message):
+    argv = [*SEED, *extra]
+    if "--reward_fn" in extra:
+        argv = [*with_flags(drop=("--remote_rm_url",)), *extra]
+    assert any(message in p for p in problems_of(argv)), problems_of(argv)
+
+
+def test_fault_deadlines_default_generous_and_reach_the_config():
+    cfg = parse_args(SEED)
+    assert (cfg.generate_timeout, cfg.max_engine_restarts, cfg.reward_outage_timeout,
+            cfg.retriever_outage_timeout) == (1800.0, 3, 300.0, 300.0)
+    cfg = parse_args([*SEED, "--generate_timeout", "600", "--max_engine_restarts", "0", "--reward_outage_timeout",
+                      "30"])
+    assert (cfg.generate_timeout, cfg.max_engine_restarts, cfg.reward_outage_timeout) == (600.0, 0, 30.0)

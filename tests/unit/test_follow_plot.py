@@ -227,3 +227,45 @@ def test_follow_shows_exact_match_and_search_rate_of_search_rollouts():
     follower.close()
     assert err.getvalue().splitlines()[-1] == (
         "[2/2] reward/mean=0.5 reward/exact_match=0.5 search/rate=1 search/turns=1.5 kl/mean=0")
+
+
+def _eval_log() -> str:
+    """A run with --eval_at_start --eval_steps 2 --eval_n_samples 4, as the trainer logs it: eval/* on step 0
+    (a row of its own) and on steps 2 and 4; an engine replaced at step 3."""
+    lines = io.StringIO()
+    logger = MetricsLogger(None, print_fn=lambda text, flush=True: lines.write(text + "\n"))
+    logger.plan(total_steps=4)
+    logger.log(0, {"eval/greedy": 0.25, "eval/pass@4": 0.5, "eval/mean@4": 0.2, "eval/accuracy": 0.2,
+                   "eval/response_length": 7.0, "timing/eval": 1.0})
+    for step in (1, 2, 3, 4):
+        row = {"reward/mean": 0.1 * step, "kl/mean": 0.0, "engines/restarts": 0.0 if step < 3 else 1.0,
+               "response_length/mean": 8.0}
+        if step % 2 == 0:
+            row.update({"eval/greedy": 0.25 * step, "eval/pass@4": 0.5 + 0.1 * step, "eval/mean@4": 0.2 * step,
+                        "eval/accuracy": 0.2 * step, "eval/response_length": 6.0 + step, "timing/eval": 1.0})
+        logger.log(step, row)
+    return lines.getvalue()
+
+
+def test_follow_shows_the_last_evaluation_from_the_step_it_ran_and_engine_restarts_once_there_are():
+    err = io.StringIO()
+    follower = LogFollower(Console(file=err, width=200), out=io.StringIO(), live=False)
+    follower.write(_eval_log())
+    follower.close()
+    assert err.getvalue().splitlines() == [
+        "plan: 4 steps",
+        "[0/4] eval/greedy=0.25 eval/mean@4=0.2 eval/pass@4=0.5",
+        "[1/4] reward/mean=0.1 kl/mean=0 eval/greedy=0.25 eval/mean@4=0.2 eval/pass@4=0.5 (eval of step 0)",
+        "[2/4] reward/mean=0.2 kl/mean=0 eval/greedy=0.5 eval/mean@4=0.4 eval/pass@4=0.7",
+        "[3/4] reward/mean=0.3 kl/mean=0 engines/restarts=1 eval/greedy=0.5 eval/mean@4=0.4 eval/pass@4=0.7 "
+        "(eval of step 2)",
+        "[4/4] reward/mean=0.4 kl/mean=0 engines/restarts=1 eval/greedy=1 eval/mean@4=0.8 eval/pass@4=0.9"]
+
+
+def test_plot_has_an_evaluation_panel_from_step_0():
+    run = read_run(_eval_log().splitlines(), "job-e")
+    fig, plotted = figure([run], smooth_weight=0)
+    assert plotted["evaluation"] == ["eval/greedy", "eval/mean@4", "eval/pass@4"]
+    assert plotted["response length"] == ["eval/response_length", "response_length/mean"]
+    assert _curves(fig, "evaluation")["eval/greedy"] == ([0, 2, 4], [0.25, 0.5, 1.0])
+    assert _curves(fig, "evaluation")["eval/pass@4"][0] == [0, 2, 4]

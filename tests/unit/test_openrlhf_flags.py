@@ -89,10 +89,10 @@ def test_the_table_and_the_trainers_flags_agree():
             assert name not in OURS, f"--{name} is a trainer flag but the table refuses it"
             assert row.note, name
         else:
-            assert DOTTED.get(name, name) in OURS, f"--{name} is '{row.status}' in the table but the trainer has no such flag"
+            assert DOTTED.get(name, row.flag) in OURS, f"--{name} is '{row.status}' in the table but the trainer has no such flag"
             assert bool(row.note) == (row.status == "differs"), name
             assert not row.off, name
-    assert {DOTTED.get(n, n) for n, r in FLAGS.items() if r.status != "refused"} | set(OWN_FLAGS) == OURS
+    assert {DOTTED.get(n, r.flag) for n, r in FLAGS.items() if r.status != "refused"} | set(OWN_FLAGS) == OURS
     assert not set(OWN_FLAGS) & set(FLAGS)
 
 

@@ -141,6 +141,7 @@ class FakeTrainer:
         self.sampler = PromptSampler(self.prompts, batch, seed=0)
         self.generated = []  # (seed, texts, time)
         self.gen_s = gen_s
+        self.engines = SimpleNamespace(restarts=SimpleNamespace(total=0))  # engines/restarts
 
     def generate_batch(self, texts, seed):
         time.sleep(self.gen_s)
@@ -252,3 +253,65 @@ def test_a_failed_generation_ends_the_step_with_its_error():
     finally:
         rollouts.close()
     assert not any(t.name == "rollout-producer" and t.is_alive() for t in threading.enumerate())
+
+
+# --- a replaced engine mid-batch (issue 31) ---------------------------------------------------------------------
+class ReplacingTrainer(FakeTrainer):
+    """Batch ``replace_at`` (its seed) loses an engine on its first try: as trainer.engines does, the batch asks
+    ``rollouts.restore(push)`` for the replacement's weights before it goes on; pushes are recorded with the
+    thread that made them."""
+
+    def __init__(self, replace_at, **kw):
+        super().__init__(["x"] * 40, dynamic=False, **kw)
+        self.replace_at, self.replaced = replace_at, False
+        self.rollouts = None
+        self.pushes = []  # (thread name, time)
+
+    def push(self):
+        self.pushes.append((threading.current_thread().name, time.monotonic()))
+        return 0
+
+    def generate_batch(self, texts, seed):
+        out = super().generate_batch(texts, seed)
+        if seed == self.replace_at and not self.replaced:
+            self.replaced = True
+            self.rollouts.restore(self.push)
+        return out
+
+
+def test_a_replacement_while_the_trainer_waits_gets_the_weights_from_the_producer():
+    """The trainer waits for batch 1 (its policy idle, holding version 0): the producer pushes to the replacement
+    itself, and the batch goes on with the version it started with."""
+    trainer = ReplacingTrainer(replace_at=11)
+    rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
+    try:
+        r1 = rollouts.next(1)
+    finally:
+        rollouts.close()
+    assert [name for name, _ in trainer.pushes] == ["rollout-producer"]
+    assert r1.version == 0 and [seed for seed, _, _ in trainer.generated][:1] == [11]
+
+
+def test_a_replacement_while_the_policy_trains_waits_for_the_push_and_makes_the_batch_again():
+    """Batch 2 is made while the policy trains step 1: the producer must not push (the policy is changing), so it
+    waits for the trainer's push, which reaches the replacement too; then batch 2 is drawn again (the same
+    prompts) and generated whole with version 1, not half with version 0."""
+    trainer = ReplacingTrainer(replace_at=12, gen_s=0.05)
+    rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
+    try:
+        rollouts.next(1)
+        end = time.monotonic() + 20  # "training" step 1 until batch 2 has lost its engine
+        while not trainer.replaced and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert trainer.pushes == []  # the producer waits: it does not push into a policy that trains
+        rollouts.push(trainer.push)
+        r2 = rollouts.next(2)
+    finally:
+        rollouts.close()
+    assert [name for name, _ in trainer.pushes] == ["MainThread"]
+    assert r2.version == 1 and r2.metrics["async/staleness"] == 0.0
+    first, again = trainer.generated[1], trainer.generated[2]
+    assert (first[0], again[0]) == (12, 12) and first[1] == again[1]  # the same prompts, the same seed
+    assert again[2] >= trainer.pushes[0][1]  # generated after the push
+    assert [p.text for p in r2.prompts] == again[1]

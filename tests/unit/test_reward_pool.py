@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainer.reward.math import Reason, verify_answer
-from trainer.reward.pool import VerifyPool
+from trainer.reward.pool import VerifyPool, VerifyPoolError
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.0
@@ -228,12 +228,23 @@ def test_close_kills_workers_even_mid_item() -> None:
     p = VerifyPool(processes=2, timeout=30)
     pids = p.worker_pids()
     response, label = _hang(20)
-    caller = threading.Thread(target=lambda: p.score([response], [label]), daemon=True)
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(p.score([response], [label]))
+        except Exception as exc:  # noqa: BLE001 - what the caller got is the point
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
     caller.start()
     time.sleep(0.5)
     p.close()
     caller.join(5)
     assert not caller.is_alive(), "a caller waiting on a closed pool must return"
+    # ... with an error, not a 0: the item never had a verdict (issue 31: no sample scored 0 for an outage)
+    assert len(outcome) == 1 and isinstance(outcome[0], VerifyPoolError), outcome
+    assert "it was closed" in str(outcome[0])
     assert _wait_gone(pids, 5) == []
     with pytest.raises(RuntimeError, match="closed"):
         p.verify([("1", "1")])

@@ -246,6 +246,15 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend, timeout_s=timeout_s,
                                          master_listen_fd=self.take_listen_fd(master_port))
 
+    def close_weight_sync(self) -> None:
+        """Rank 0 leaves the weight-sync group without waiting for its other members (engines were replaced: it
+        forms again with them)."""
+        from trainer.sync import close_sync_group
+
+        group, self._sync = getattr(self, "_sync", None), None
+        if group is not None:
+            close_sync_group(group, abort=True)  # the replaced engines are gone: wait for no one
+
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,
         from rank 0, stream them to the engines: the plan first (from the parameters' metadata), then each

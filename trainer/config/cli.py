@@ -63,9 +63,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
-    dotted: dict[str, list[str]] = {}
+    dotted: dict[str, list[str]] = {}  # OpenRLHF's other spellings of a flag: dotted (>= 0.10), or renamed here
     for old, ours in DOTTED.items():
         dotted.setdefault(ours, []).append("--" + old)
+    for row in OPENRLHF_FLAGS.values():
+        if row.ours and row.status != "refused":
+            dotted.setdefault(row.ours, []).append("--" + row.name)
     for spec in flag_specs(TrainerConfig):
         names = [spec.cli, *dotted.get(spec.name, [])]
         meta = spec.meta
@@ -93,7 +96,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def _help(spec: FlagSpec) -> str:
-    row = OPENRLHF_FLAGS.get(spec.name)
+    row = next((r for r in OPENRLHF_FLAGS.values() if r.flag == spec.name), None)
     if row is not None and row.status == "differs":
         return f"{spec.meta.help} OpenRLHF difference: {row.note}."
     return spec.meta.help

@@ -46,6 +46,12 @@ class OpenRLHFFlag:
     versions: Versions = "both"  # in the seed's version (0.6.2 fork), in v0.8.4, or both
     nargs: int | str = 1  # how OpenRLHF parses it (0: a switch; 2: two values; "*"/"+": a list)
     off: tuple[str, ...] = ()  # refused flags: values meaning what this trainer does (accepted)
+    ours: str | None = None  # supported under another name here (both spellings are accepted)
+
+    @property
+    def flag(self) -> str:
+        """This trainer's name of the flag (the field of TrainerConfig it sets)."""
+        return self.ours or self.name
 
 
 def _same(name: str, versions: Versions = "both") -> OpenRLHFFlag:
@@ -56,6 +62,11 @@ def _differs(name: str, note: str, versions: Versions = "both") -> OpenRLHFFlag:
     return OpenRLHFFlag(name, "differs", note, versions)
 
 
+def _alias(name: str, ours: str, note: str = "", versions: Versions = "both") -> OpenRLHFFlag:
+    """A flag this trainer spells ``--ours``; OpenRLHF's name is accepted as well."""
+    return OpenRLHFFlag(name, "differs" if note else "same", note, versions, ours=ours)
+
+
 def _refused(name: str, why: str, nargs: int | str = 1, off: tuple[str, ...] = (),
              versions: Versions = "both") -> OpenRLHFFlag:
     return OpenRLHFFlag(name, "refused", why, versions, nargs, off)
@@ -63,7 +74,6 @@ def _refused(name: str, why: str, nargs: int | str = 1, off: tuple[str, ...] = (
 
 _NO_RM = "no reward model runs inside the job: rewards come from --remote_rm_url or --reward_fn"
 _NO_LORA = "LoRA is not implemented: every parameter of the policy trains"
-_NO_EVAL = "evaluation during training is not implemented"
 _NO_PTX = "PPO-ptx (a supervised loss on pretraining data) is not implemented"
 _LMM = "an LMM-R1 (vision-language) option of the seed's fork; this trainer trains text-only models"
 _FIXED_KL = "the adaptive KL controller is not implemented: the coefficient stays --init_kl_coef"
@@ -104,7 +114,7 @@ FLAGS: dict[str, OpenRLHFFlag] = {
         _refused("vllm_generate_batch_size", "each engine generates its whole share of the rollout batch at once "
                  "(OpenRLHF's default, --rollout_batch_size)", versions="0.8.4"),
         # --- checkpoints ----------------------------------------------------------------------------
-        _refused("eval_steps", _NO_EVAL, off=("-1",)),
+        _same("eval_steps"),
         _same("save_steps"),
         _same("logging_steps"),
         _same("ckpt_path"),
@@ -232,10 +242,13 @@ FLAGS: dict[str, OpenRLHFFlag] = {
         _refused("pretrain_data", _NO_PTX, versions="seed"),
         _refused("pretrain_data_probs", _NO_PTX, versions="seed"),
         _refused("pretrain_split", _NO_PTX, versions="seed"),
-        _refused("eval_dataset", _NO_EVAL, versions="0.8.4"),
-        _refused("eval_split", _NO_EVAL, versions="0.8.4"),
-        _refused("eval_temperature", _NO_EVAL, versions="0.8.4"),
-        _refused("eval_n_samples_per_prompt", _NO_EVAL, versions="0.8.4"),
+        _alias("eval_dataset", "eval_data", "one local .jsonl / .json / .parquet file, as --prompt_data; with "
+               "--remote_rm_url or --reward_fn alike (OpenRLHF needs a remote reward)", versions="0.8.4"),
+        _refused("eval_split", "evaluation data is one local file: all its records are evaluated", off=("train",),
+                 versions="0.8.4"),
+        _differs("eval_temperature", "default 0.6 as OpenRLHF 0.11 (a greedy pass at temperature 0 is logged "
+                 "beside the sampled one, eval/greedy)", versions="0.8.4"),
+        _alias("eval_n_samples_per_prompt", "eval_n_samples", versions="0.8.4"),
         _same("input_key"),
         _same("label_key"),
         _differs("input_template", "refused (not ignored with a warning) when it has no '{}' or is combined with "
@@ -290,6 +303,14 @@ OWN_FLAGS: dict[str, str] = {
     "skip_rollout_logprobs": "do not ask the engines for the sampled tokens' log-probs",
     "dynamic_filtering_max_rounds": "most rollouts drawn to fill one --dynamic_filtering batch",
     "vllm_start_with_models": "colocated engines start while the models load (KV cache sized up front)",
+    "generate_timeout": "deadline of every engine call of a step; a dead or hung engine is replaced",
+    "max_engine_restarts": "replacements of one engine before the job ends (slime's --use-fault-tolerance)",
+    "reward_outage_timeout": "how long the job waits for an unreachable reward service",
+    "retriever_outage_timeout": "how long the job waits for an unreachable retrieval service",
+    "eval_input_key": "the evaluation prompts' key (default --input_key)",
+    "eval_label_key": "the evaluation labels' key (default --label_key)",
+    "eval_at_start": "evaluate before the first step too (verl's trainer.val_before_train)",
+    "save_best": "keep the best checkpoint by an eval metric (OpenRLHF 0.11: --ckpt.best_metric_key)",
 }
 
 #: OpenRLHF's other names of this trainer's flags, accepted as they are: the seed's ``--universal_ckpt`` (v0.6.3's
@@ -301,6 +322,10 @@ DOTTED: dict[str, str] = {
     "algo.advantage.is_correction_threshold": "is_correction_threshold",
     "algo.dynamic_filtering_enable": "dynamic_filtering",
     "algo.dynamic_filtering_range": "dynamic_filtering_reward_range",
+    "eval.dataset": "eval_data",
+    "eval.steps": "eval_steps",
+    "eval.temperature": "eval_temperature",
+    "eval.n_samples_per_prompt": "eval_n_samples",
 }
 
 
@@ -341,6 +366,8 @@ def markdown() -> str:
     ]
     for f in sorted(FLAGS.values(), key=lambda f: f.name):
         note = f.note + (f" (accepted: {', '.join(f.off)})" if f.off else "")
+        if f.ours:
+            note = f"spelt --{f.ours} here (both accepted)" + (f"; {note}" if note else "")
         lines.append(f"| `--{f.name}` | {f.versions} | {f.status} | {note} |")
     lines += ["", "Flags of this trainer that those versions lack:", ""]
     lines += [f"- `--{name}`: {what}" for name, what in OWN_FLAGS.items()]

@@ -332,11 +332,12 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: "there is no supervised warm-up", lambda c: c.sft_warmup_steps > 0),
     (("wandb_project", "wandb_run_name"), "--use_wandb", lambda c: "W&B logging is off",
      lambda c: c.use_wandb is not None),
-    (("remote_rm_timeout", "remote_rm_retries"), "--remote_rm_url", lambda c: "the reward is a local function",
+    (("remote_rm_timeout", "remote_rm_retries", "reward_outage_timeout"), "--remote_rm_url", lambda c: "the reward is a local function",
      lambda c: bool(c.remote_rm_url)),
     (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
-    (("max_turns", "retriever_topk", "retriever_timeout", "retriever_retries", "state_masking"),
+    (("max_turns", "retriever_topk", "retriever_timeout", "retriever_retries", "retriever_outage_timeout",
+      "state_masking"),
      "--retriever_url (multi-turn search rollouts)", lambda c: "rollouts are single-turn without a retriever",
      lambda c: c.retriever_url is not None),
     (("max_staleness",), "--async_train", lambda c: "training is synchronous", lambda c: c.async_train),
@@ -346,6 +347,8 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
     (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
      lambda c: c.is_correction != "none"),
+    (("eval_input_key", "eval_label_key", "eval_steps", "eval_at_start", "eval_n_samples", "eval_temperature",
+      "save_best"), "--eval_data", lambda c: "there is nothing to evaluate on", lambda c: c.eval_data is not None),
     (("save_hf_ckpt",), "--save_steps > 0 (it is saved with each checkpoint)",
      lambda c: "no checkpoint is saved during training", lambda c: c.save_steps > 0),
     (("use_ds_universal_ckpt",), "--load_checkpoint (it says how a checkpoint is loaded)",
@@ -361,7 +364,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "async_train", "dynamic_filtering", "is_correction",
-             "colocate_all_models", "load_checkpoint",
+             "colocate_all_models", "load_checkpoint", "eval_data",
              *names}
 
     @_rule(*reads)
@@ -502,6 +505,27 @@ def _input_template(c: Config) -> Iterator[str]:
 def _save_steps(c: Config) -> Iterator[str]:
     if c.save_steps == 0 or c.save_steps < -1:
         yield f"--save_steps {c.save_steps}: expected -1 (no checkpoints during training) or >= 1"
+
+
+@_rule("eval_data", "eval_steps", "eval_at_start", "eval_n_samples", "save_best")
+def _evaluation(c: Config) -> Iterator[str]:
+    if c.eval_steps == 0:
+        yield "--eval_steps 0: expected -1 (no evaluation during training) or N >= 1 (every N steps)"
+    if c.eval_data is not None and c.eval_steps < 1 and not c.eval_at_start:
+        yield (f"--eval_data {c.eval_data} without --eval_steps N or --eval_at_start: it would never be evaluated "
+               "on (add --eval_steps N)")
+    if c.save_best is not None and c.eval_data is not None:
+        k = c.eval_n_samples
+        name, _, at = c.save_best.partition("@")
+        if not c.save_best.startswith("eval/") or c.save_best == "eval/":
+            yield (f"--save_best {c.save_best!r}: expected an eval metric: eval/greedy, eval/pass@{k}, eval/mean@{k} "
+                   "or eval/<a log of the reward, e.g. accuracy>")
+        elif name in ("eval/pass", "eval/mean") and at != str(k):
+            yield (f"--save_best {c.save_best}: the evaluation samples --eval_n_samples {k} answers per prompt, so "
+                   f"its metric is {name}@{k}")
+        elif c.eval_steps < 1:
+            yield (f"--save_best {c.save_best} with --eval_at_start only: one evaluation has nothing to compare; add "
+                   "--eval_steps N")
 
 
 @_rule("save_path", "ckpt_path", "input_key", "wandb_project")

@@ -36,10 +36,10 @@ REDACTED = "<redacted>"
 
 
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.
-P, V, M, D, T, A, S, C, L, R, X = (
+P, V, M, D, T, A, S, C, L, R, X, E = (
     "placement", "rollout engine (vLLM)", "models and reward", "data", "rollout and training batches",
     "PPO algorithm", "DeepSpeed", "checkpoints", "logging", "multi-turn tool rollouts (Search-R1)",
-    "overlap, off-policy correction and dynamic sampling",
+    "overlap, off-policy correction and dynamic sampling", "evaluation during training",
 )  # fmt: skip
 
 
@@ -72,6 +72,17 @@ class TrainerConfig:
     dist_timeout: float = flag(
         300.0, "Seconds an NCCL/gloo group (a model group, the weight-sync group) may take to form before the "
         "job ends with one line naming the members that did not join.", group=P, gt=0,
+    )  # fmt: skip
+    generate_timeout: float = flag(
+        1800.0, "Seconds every engine call of a step may take (generate, sleep, wake, the weight push; a call "
+        "that generates more sequences than one engine's share of a rollout batch, an evaluation, gets this "
+        "per share's worth). An engine that dies or misses it is replaced: killed, started afresh on its "
+        "bundle, given the current weights, and its share generated again with the same seeds.", group=P, gt=0,
+    )  # fmt: skip
+    max_engine_restarts: int = flag(
+        3, "Replacements of one engine (a dead or hung one, see --generate_timeout) before the job ends with one "
+        "line naming the engine, its node and the last error. engines/restarts logs the job's total.",
+        group=P, ge=0,
     )  # fmt: skip
     # --- rollout engine ----------------------------------------------------------------------------------
     rollout_backend: Literal["vllm", "hf"] = flag(
@@ -135,6 +146,12 @@ class TrainerConfig:
     )
     remote_rm_timeout: float = flag(30.0, "Seconds before a remote reward request times out.", group=M, gt=0)
     remote_rm_retries: int = flag(3, "Retries of a failed remote reward request.", group=M, ge=0)
+    reward_outage_timeout: float = flag(
+        300.0, "Seconds a reward service may stay unreachable (connection errors, timeouts, 5xx answers): its "
+        "requests are retried with exponential backoff until then, and the job waits; after that it ends "
+        "with one line naming the URL and the last error. A sample is never scored 0 because the service "
+        "was down.", group=M, gt=0,
+    )  # fmt: skip
     # --- multi-turn tool rollouts ----------------------------------------------------------------------
     retriever_url: str | None = flag(
         None, "Retrieval endpoint (trainer.retrieval's POST /retrieve) for multi-turn search rollouts: the policy "
@@ -151,6 +168,11 @@ class TrainerConfig:
     retriever_timeout: float = flag(10.0, "Seconds before a retrieval request times out.", group=R, gt=0)
     retriever_retries: int = flag(3, "Retries of a failed retrieval request (connection errors, 5xx).",
                                   group=R, ge=0)
+    retriever_outage_timeout: float = flag(
+        300.0, "Seconds the retrieval service may stay unreachable: its requests are retried with exponential "
+        "backoff until then (the rollout waits), after that the job ends with one line naming the URL and "
+        "the last error.", group=R, gt=0,
+    )  # fmt: skip
     state_masking: bool = flag(
         False, "Mask the tool-inserted tokens (<information> blocks) out of the policy loss, the KL and the "
         "critic's targets (Search-R1's actor.state_masking); without it they count as actions.", group=R,
@@ -258,6 +280,36 @@ class TrainerConfig:
     dynamic_filtering_max_rounds: int = flag(
         4, "Most rollouts drawn to fill one batch with informative prompts; a batch still short trains on what "
         "it has (logged as dynamic_filtering/short).", group=X, ge=1,
+    )  # fmt: skip
+    # --- evaluation during training ----------------------------------------------------------------------
+    eval_data: str | None = flag(
+        None, "Evaluation prompts (same formats as --prompt_data; OpenRLHF's --eval_dataset): every --eval_steps "
+        "steps the engines answer each prompt greedily once and --eval_n_samples times sampled, the job's "
+        "reward scores them, and eval/greedy, eval/pass@K, eval/mean@K are logged (trainer.evaluate).",
+        group=E, metavar="DATA",
+    )  # fmt: skip
+    eval_input_key: str | None = flag(
+        None, "Key of the evaluation prompt (default: --input_key).", group=E
+    )
+    eval_label_key: str | None = flag(
+        None, "Key of the evaluation label handed to the reward (default: --label_key).", group=E
+    )
+    eval_steps: int = flag(
+        -1, "Evaluate every N steps (after the step's weight sync: the engines hold the step's weights); -1: "
+        "never.", group=E, ge=-1,
+    )  # fmt: skip
+    eval_at_start: bool = flag(False, "Also evaluate before the first step (logged as step 0).", group=E)
+    eval_n_samples: int = flag(
+        4, "Sampled answers per evaluation prompt, K of eval/pass@K and eval/mean@K (OpenRLHF's "
+        "--eval_n_samples_per_prompt).", group=E, ge=1,
+    )  # fmt: skip
+    eval_temperature: float = flag(
+        0.6, "Sampling temperature of the K sampled answers (the greedy pass uses 0).", group=E, gt=0
+    )
+    save_best: str | None = flag(
+        None, "Keep the checkpoint of the step with the highest value of this eval metric (eval/greedy, "
+        "eval/pass@K, eval/mean@K or eval/<a reward log>) in <ckpt_path>/best, a link swapped to the new best "
+        "checkpoint once it is complete.", group=E, metavar="METRIC",
     )  # fmt: skip
     # --- PPO algorithm -----------------------------------------------------------------------------------
     advantage_estimator: AdvantageEstimator = flag(

@@ -15,16 +15,15 @@ from __future__ import annotations
 import re
 
 _PER_GPU = "per GPU here: divide verl's global value by the group's GPUs"
-_NO_VAL = "validation during training is not implemented"
 _FSDP = "DeepSpeed ZeRO-3 here; parameter and gradient offload are not implemented (optimizer: --adam_offload)"
 
 VERL_KEYS: dict[str, str] = {
     "data.train_files": "--prompt_data (one local .parquet / .jsonl / .json file)",
-    "data.val_files": _NO_VAL,
+    "data.val_files": "--eval_data (one local .parquet / .jsonl / .json file)",
     "data.train_data_num": "--max_samples (null: all)",
-    "data.val_data_num": _NO_VAL,
+    "data.val_data_num": "no cap on the evaluation prompts: --eval_data is evaluated whole",
     "data.train_batch_size": "--rollout_batch_size (prompts per rollout step)",
-    "data.val_batch_size": _NO_VAL,
+    "data.val_batch_size": "the evaluation prompts are spread over the engines at once (no batch size)",
     "data.max_prompt_length": "--prompt_max_len",
     "data.max_response_length": "--generate_max_len",
     "data.max_start_length": "--prompt_max_len (the first prompt; with --retriever_url the later turns' text is "
@@ -68,9 +67,9 @@ VERL_KEYS: dict[str, str] = {
     "critic.model.fsdp_config.optimizer_offload": "--adam_offload",
     "trainer.critic_warmup": "--freezing_actor_steps (0: none)",
     "trainer.logger": "--use_wandb for ['wandb']; the console and the @metrics lines are always on",
-    "trainer.val_only": _NO_VAL,
-    "trainer.val_before_train": _NO_VAL,
-    "trainer.test_freq": _NO_VAL,
+    "trainer.val_only": "no evaluation-only run (--eval_at_start evaluates before the first step, then trains)",
+    "trainer.val_before_train": "--eval_at_start",
+    "trainer.test_freq": "--eval_steps",
     "trainer.default_hdfs_dir": "no HDFS copy: checkpoints stay under --ckpt_path on the nodes' file system",
     "trainer.default_local_dir": "--ckpt_path (checkpoints) and --save_path (the final model)",
     "trainer.n_gpus_per_node": "--actor_num_gpus_per_node (and --ref_/--critic_num_gpus_per_node)",

@@ -7,7 +7,8 @@ A batch is split into chunks of at most the service's ``max_queries`` (read once
 /health_check; 512 if that fails), sent concurrently. A blank query (a policy's empty
 ``<search></search>``) gets no passages without a request; a query longer than the service's
 ``max_chars`` is cut to it (the service would refuse the whole batch). Connection errors, timeouts and 5xx
-answers are retried with exponential backoff (a restarting service is waited for); 4xx
+answers are retried with exponential backoff (a restarting service is waited for, up to ``outage_timeout``
+seconds: ``--retriever_outage_timeout``); 4xx
 answers and TLS failures are not (retrying cannot fix a bad token, request or certificate) and raise
 :class:`RetrievalError` with the service's message (the requests: ``trainer.services.client``). Token: the argument, else ``$RLRUN_RETRIEVER_TOKEN``, else the
 file named by ``$RLRUN_RETRIEVER_TOKEN_FILE``.
@@ -45,9 +46,10 @@ class RetrievalClient(ServiceClient):
     what = "retrieval service"
     error = RetrievalError
     hints = {401: f" (no token sent: set {TOKEN_ENV} or {TOKEN_FILE_ENV})", 403: " (the token is not the service's)"}
+    outage_flag = "retriever_outage_timeout"
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3,
-                 backoff: float = 0.5, ca_file: str | None = None):  # fmt: skip
+                 backoff: float = 0.5, ca_file: str | None = None, outage_timeout: float = 0.0):  # fmt: skip
         """``token``: default $RLRUN_RETRIEVER_TOKEN, else the file $RLRUN_RETRIEVER_TOKEN_FILE; ``ca_file``: the
         CA an https service's certificate must chain to (default: the system's CAs)."""
         if not url.startswith(("http://", "https://")):
@@ -55,7 +57,7 @@ class RetrievalClient(ServiceClient):
         if "{" in url:
             raise ValueError(f"retriever URL {url!r} still holds a placeholder; substitute it first")
         super().__init__(token=token if token is not None else token_from_env(), timeout=timeout, retries=retries,
-                         backoff=backoff, ca_file=ca_file)
+                         backoff=backoff, ca_file=ca_file, outage_timeout=outage_timeout)
         self.url = url
         self.health_url = health_url(url)
         self._limits: dict[str, int] | None = None

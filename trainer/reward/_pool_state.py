@@ -16,14 +16,21 @@ __all__ = ["Job", "LruCache", "Task", "Worker"]
 class Job:
     """One verify() call: results filled in by the dispatcher."""
 
-    __slots__ = ("results", "remaining", "done")
+    __slots__ = ("results", "remaining", "done", "failure")
 
     def __init__(self, size: int) -> None:
         self.results: list[RewardResult | None] = [None] * size
         self.remaining = size
         self.done = threading.Event()
+        self.failure: str | None = None  # the pool failed before every item had a verdict: no result is made up
         if size == 0:
             self.done.set()
+
+    def fail(self, why: str) -> None:
+        """The pool cannot finish this job: its caller raises ``why`` instead of getting results."""
+        if self.failure is None:
+            self.failure = why
+        self.done.set()
 
     def resolve(self, index: int, result: RewardResult) -> None:
         if self.results[index] is None:

@@ -2,8 +2,10 @@
 
 One or more URLs; a batch is split into contiguous chunks, one per URL, sent
 concurrently. Connection errors, timeouts and 5xx answers are retried with
-exponential backoff; 4xx answers (bad token, bad request) are not, since
-retrying cannot fix them. Every failure names the URL and the cause.
+exponential backoff, through an outage of up to ``outage_timeout`` seconds
+(``--reward_outage_timeout``); 4xx answers (bad token, bad request) are not, since
+retrying cannot fix them. Every failure names the URL and the cause, and a failure
+is raised, never scored: no sample gets a 0 because the service was down.
 """
 
 from __future__ import annotations
@@ -65,18 +67,20 @@ class RemoteRewardClient(ServiceClient):
     hints = {401: f" (no token sent: set {TOKEN_ENV}, or {TOKEN_FILE_ENV} as rlrun nodes do)",
              403: " (the token is not the reward service's: its own, not the cluster token)"}
     ca_env = CA_FILE_ENV
+    outage_flag = "reward_outage_timeout"
 
     def __init__(self, urls: Sequence[str], token: str | None = None, timeout: float = 30.0, retries: int = 3,
-                 backoff: float = 0.5, ca_file: str | None = None):
+                 backoff: float = 0.5, ca_file: str | None = None, outage_timeout: float = 0.0):
         """``ca_file``: the CA that https services' certificates must chain to (default:
-        $RLRUN_REWARD_CA_FILE, else the system's CAs)."""
+        $RLRUN_REWARD_CA_FILE, else the system's CAs); ``outage_timeout``: how long a failing service is
+        waited for (retried with backoff) beyond ``retries``."""
         if not urls:
             raise ValueError("RemoteRewardClient needs at least one URL (--remote_rm_url)")
         for url in urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"reward URL {url!r} must start with http:// or https://")
         super().__init__(token=token, timeout=timeout, retries=retries, backoff=backoff,
-                         ca_file=ca_file or ca_from_env())
+                         ca_file=ca_file or ca_from_env(), outage_timeout=outage_timeout)
         self.urls = list(urls)
 
     def health_check(self) -> None:

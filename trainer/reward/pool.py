@@ -55,7 +55,12 @@ from trainer.reward._pool_state import Job, LruCache, Task, Worker
 from trainer.reward.extract import extract_answer
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, normalize_label, quick_check
 
-__all__ = ["VerifyPool", "default_processes"]
+__all__ = ["VerifyPool", "VerifyPoolError", "default_processes"]
+
+
+class VerifyPoolError(RuntimeError):
+    """The pool itself failed (its dispatcher died, or it was closed) before an item had its verdict. Raised,
+    never scored: a broken pool is not a wrong answer."""
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +159,7 @@ class VerifyPool:
         self._pending: deque[Task] = deque()
         self._seq = itertools.count()
         self._closing = False
+        self.failure: str | None = None  # why the dispatcher stopped serving (None while it works)
         self._workers: list[Worker] = []
         self.stats = {
             "items": 0,  # score() items
@@ -232,13 +238,15 @@ class VerifyPool:
         tasks = [Task(next(self._seq), job, i, a, lbl) for i, (a, lbl) in enumerate(pairs)]
         with self._lock:
             if self._closing:
-                raise RuntimeError("VerifyPool is closed")
+                raise VerifyPoolError(f"VerifyPool is closed ({self.failure or 'close() was called'})")
             self._pending.extend(tasks)
         self._wake()
         while not job.done.wait(1.0):
             if not self._thread.is_alive():  # dispatcher died: never leave callers hanging
-                for task in tasks:
-                    job.resolve(task.index, RewardResult(0.0, Reason.ERROR, task.answer))
+                job.fail(self.failure or "the verify pool's dispatcher is gone")
+        if job.failure is not None:
+            raise VerifyPoolError(f"verify pool failed before {job.remaining} of {len(pairs)} items had a verdict: "
+                                  f"{job.failure}")
         return job.results  # type: ignore[return-value]  # all resolved
 
     def worker_pids(self) -> list[int]:
@@ -269,7 +277,8 @@ class VerifyPool:
         }
 
     def close(self) -> None:
-        """Kill all workers and fail pending items with reason "error". Idempotent."""
+        """Kill all workers; callers still waiting raise :class:`VerifyPoolError` (no item is scored by a
+        closing pool). Idempotent."""
         with self._lock:
             if self._closing:
                 return
@@ -351,8 +360,9 @@ class VerifyPool:
                         self._receive(by_conn[conn])
                 self._check_deadlines()
                 self._ensure_capacity()
-        except Exception:
+        except Exception as exc:
             log.exception("verify pool dispatcher crashed; failing pending items")
+            self.failure = f"its dispatcher crashed: {type(exc).__name__}: {exc}"
         finally:
             self._fail_everything()
 
@@ -503,6 +513,8 @@ class VerifyPool:
             self._stop(worker)
 
     def _fail_everything(self) -> None:
+        """The dispatcher ends (closed, or crashed): every job still waiting fails (its caller raises); none of
+        its items is given a verdict."""
         with self._lock:
             self._closing = True
             pending = list(self._pending)
@@ -510,6 +522,7 @@ class VerifyPool:
         for worker in self._workers:
             pending.extend(worker.tasks)
             worker.tasks.clear()
+        why = self.failure or "it was closed"
         for task in pending:
-            task.job.resolve(task.index, RewardResult(0.0, Reason.ERROR, task.answer))
+            task.job.fail(why)
         self._kill_all()

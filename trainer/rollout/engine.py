@@ -69,6 +69,12 @@ class RolloutEngine(abc.ABC):
             pass
         return socket.gethostname()
 
+    def pid(self) -> int:
+        """This engine's process id (the job's log names it: the process to look at, or to stop)."""
+        import os
+
+        return os.getpid()
+
     @abc.abstractmethod
     def generate(
         self,
@@ -109,6 +115,7 @@ class RolloutEngine(abc.ABC):
         max_turns: int = 4,
         retriever_timeout: float = 10.0,
         retriever_retries: int = 3,
+        retriever_outage_timeout: float = 0.0,
     ) -> tuple[list[Sample], dict[str, float]]:
         """Multi-turn search rollouts (:mod:`trainer.rollout.tools`), called in the engine's process so the
         retrieval service is the one on this node (``{node_ip}`` in ``retriever_url``). ``n`` samples per
@@ -119,10 +126,10 @@ class RolloutEngine(abc.ABC):
 
         check_generate_args(prompts, n, temperature, 1.0 if temperature == 0 else top_p, max_new_tokens)
         tools = self.__dict__.setdefault("_tools", {})  # one client per endpoint, kept between steps
-        key = (retriever_url, retriever_topk, retriever_timeout, retriever_retries)
+        key = (retriever_url, retriever_topk, retriever_timeout, retriever_retries, retriever_outage_timeout)
         if key not in tools:
             tools[key] = SearchTool(retriever_url, retriever_topk, timeout=retriever_timeout,
-                                    retries=retriever_retries)
+                                    retries=retriever_retries, outage_timeout=retriever_outage_timeout)
         tool = tools[key]
         tokenizer = self.tokenizer  # type: ignore[attr-defined]
         ids = tokenize_prompts(tokenizer, prompts)

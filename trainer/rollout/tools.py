@@ -171,14 +171,14 @@ class SearchTool:
     passages without a request (the service refuses them)."""
 
     def __init__(self, url: str, topk: int = 3, *, token: str | None = None, timeout: float = 10.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, outage_timeout: float = 0.0) -> None:
         if topk < 1:
             raise ValueError(f"retriever topk must be >= 1, got {topk}")
         self.template = url
         self.url = resolve_node_url(url)
         self.topk = topk
         self._client: Any = None
-        self._client_args = dict(token=token, timeout=timeout, retries=retries)
+        self._client_args = dict(token=token, timeout=timeout, retries=retries, outage_timeout=outage_timeout)
 
     @property
     def client(self) -> Any:

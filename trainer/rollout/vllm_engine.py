@@ -301,8 +301,10 @@ class VllmEngine(RolloutEngine):
         self._after_update()
         return int(counts[0])
 
-    def close_weight_sync_group(self) -> None:
-        self.llm.collective_rpc("rlrun_close_sync_group")
+    def close_weight_sync_group(self, abort: bool = False) -> None:
+        """Leave the weight-sync group; ``abort``: without waiting for its other members (engines were replaced:
+        the group forms again)."""
+        self.llm.collective_rpc("rlrun_close_sync_group", args=(abort,))
 
     def load_shared_bucket(self, wire: dict[str, Any]) -> bool:
         """Load one shared bucket (``SharedBucket.__dict__``) in place from the colocated trainer's memory.

@@ -147,11 +147,12 @@ class WeightSyncExtension:
             raise RuntimeError("rlrun_receive_weights before rlrun_init_sync_group: no weight-sync group")
         return self.rlrun_reload(sync.iter_received_tensors(group, src))
 
-    def rlrun_close_sync_group(self) -> None:
-        """Leave the weight-sync group (shuts its backend down, drops it and its store)."""
+    def rlrun_close_sync_group(self, abort: bool = False) -> None:
+        """Leave the weight-sync group (shuts its backend down, drops it and its store); ``abort``: without
+        waiting for its other members (see :func:`trainer.sync.close_sync_group`)."""
         group, self.rlrun_sync_group = self.rlrun_sync_group, None
         if group is not None:
-            sync.close_sync_group(group)
+            sync.close_sync_group(group, abort=abort)
 
     @torch.no_grad()
     def rlrun_read_weights(self) -> bytes:

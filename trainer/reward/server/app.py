@@ -20,7 +20,7 @@ from flask import Flask, Response, jsonify, request
 
 from trainer.reward.extract import FALLBACK_STRATEGIES
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, label_to_str
-from trainer.reward.pool import VerifyPool
+from trainer.reward.pool import VerifyPool, VerifyPoolError
 from trainer.reward.server.config import ServerConfig
 from trainer.reward.server.dataset import DatasetIndex, load_dataset
 from trainer.reward.server.validation import Limits, RequestError, RewardRequest, parse_reward_request
@@ -140,7 +140,10 @@ def create_app(
 
     @app.get("/health_check")
     def health_check() -> Response:
-        """Liveness and pool state. Needs no authentication (it reveals no secrets, takes no input)."""
+        """Liveness and pool state. Needs no authentication (it reveals no secrets, takes no input). A pool
+        that failed answers 503: the service cannot score, and its supervisor should restart it."""
+        if state.pool.failure is not None:
+            return json_error(503, f"verify pool failed: {state.pool.failure}; restart the service")
         return jsonify(
             {
                 "status": "ok",
@@ -167,7 +170,11 @@ def create_app(
         prompts = req.prompts or [None] * len(req.queries)
         split = [_split_response(q, p) for q, p in zip(req.queries, prompts, strict=True)]
         labels, from_dataset = _labels_for(req, state.dataset)
-        results = state.pool.score([response for response, _ in split], labels)
+        try:
+            results = state.pool.score([response for response, _ in split], labels)
+        except VerifyPoolError as exc:  # no verdict: an error the client retries, never a 0
+            log.error("get_reward items=%d not scored: %s", len(split), exc)
+            return json_error(503, str(exc))
         body = _reward_body(results, started, sum(not found for _, found in split), from_dataset)
         log.info(
             "get_reward items=%d accuracy=%.3f timeouts=%d latency=%.3fs",
