@@ -19,6 +19,7 @@ from gunicorn.app.base import BaseApplication
 
 from trainer import services
 from trainer.reward.extract import DEFAULT_STRATEGIES, STRATEGIES, validate_strategies
+from trainer.reward.forms import LENIENCIES, validate_leniencies
 from trainer.reward.pool import default_processes
 from trainer.reward.server.config import TOKEN_ENV, ConfigError, ServerConfig
 from trainer.reward.server.dataset import DatasetError, DatasetIndex, load_dataset
@@ -139,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"all: {','.join(STRATEGIES)}); leave out final_expression to score responses without "
         "a marked answer (boxed, <answer>, 'answer is', ####) as no_answer",
     )
+    p.add_argument(
+        "--lenient",
+        default=",".join(LENIENCIES),
+        help=f"leniencies of the comparison, comma-separated, or none (default {','.join(LENIENCIES)}): units "
+        "drops a unit after the answer (2\\pi cm = 2\\pi), styled_letters reads \\mathcal{B} as B; leave one out "
+        "for a dataset where the unit or the letter's style is part of the answer",
+    )
     conn = p.add_argument_group("connections")
     conn.add_argument(
         "--head-timeout",
@@ -200,6 +208,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         label_key=args.label_key,
         prompt_template=args.prompt_template,
         strategies=validate_strategies([s.strip() for s in args.extract.split(",") if s.strip()]),
+        lenient=validate_leniencies(args.lenient.split(",")),
         timeout=args.timeout,
         wall_timeout=args.wall_timeout,
         verify_processes=args.verify_processes,

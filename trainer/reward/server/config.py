@@ -7,6 +7,7 @@ import stat
 from dataclasses import dataclass, field
 
 from trainer.reward.extract import DEFAULT_STRATEGIES
+from trainer.reward.forms import LENIENCIES
 
 __all__ = ["TOKEN_ENV", "ConfigError", "ServerConfig", "load_token_file"]
 
@@ -33,6 +34,7 @@ class ServerConfig:
     label_key: str = "answer"
     prompt_template: str = "none"
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    lenient: frozenset[str] = frozenset(LENIENCIES)  # trainer.reward.forms: units, styled_letters
     timeout: float = 3.0  # CPU seconds one item may use
     wall_timeout: float | None = None  # None: 10 * timeout + 30 (VerifyPool's backstop)
     verify_processes: int | None = None  # None: CPUs available
