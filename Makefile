@@ -83,8 +83,9 @@ pytest-rest: venv
 # made of network namespaces, converged over SSH; needs root, iproute2 and
 # openssh-server: system-deps installs them). Then one scenario per role, each
 # that role alone with the cluster role (roles/<role>/README.md says what it checks;
-# they share molecule/shared/inventory, so they run one after the other).
-MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server retriever preflight
+# they share molecule/shared/inventory, so they run one after the other; firewall's
+# hosts are network namespaces of lab 54, its own inventory).
+MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server retriever preflight firewall
 molecule: molecule-cluster molecule-roles
 
 molecule-cluster: venv

@@ -56,10 +56,25 @@ SOURCES: dict[str, Source] = {
     "openrlhf-math": Source("OpenRLHF/OpenRLHF", "openrlhf/utils/math_utils.py", _OPENRLHF),
     "xdan-verifier": Source("xiechengmude/xDAN-RL-Training-GRPO", "openrlhf/models/remote_rm/math_verifier.py",
                             "111ee7e6dc938bd59c77028eee37b6d4e3e4f440"),
+    # Issue 33's sources (units after an expression, styled letters, radicals, label defects).
+    "verl-prime": Source("volcengine/verl", "verl/utils/reward_score/prime_math/__init__.py",
+                         "35101b521f4b44242c700bb58c2a479f8a18dd06"),
+    "verl-prime-grader": Source("volcengine/verl", "verl/utils/reward_score/prime_math/grader.py",
+                                "23d62925c453fe48b5b8254a4cadfe7dc68e41bb"),
+    "verl-dapo-norm": Source("volcengine/verl", "verl/utils/reward_score/math_dapo.py",
+                             "012542c42542738709ccd0db619cff949cb0337a"),
+    "lmeval-minerva-norm": Source("EleutherAI/lm-evaluation-harness", "lm_eval/tasks/minerva_math/utils.py",
+                                  "0348ed975af5b6788c275445197287dd91acb221"),
+    "qwen-strip": Source("QwenLM/Qwen2.5-Math", "evaluation/parser.py", "005449c4f8220b1af7db49aed0285d9901aefea0"),
+    "openrlhf-mathd": Source("OpenRLHF/OpenRLHF", "openrlhf/utils/math_utils.py",
+                             "160b08e43b14198731a3ddfef8abd44d23161494"),
+    "deepseek-digits": Source("deepseek-ai/DeepSeek-Math", "evaluation/eval/eval_utils.py",
+                              "21cc5c6701a708a11cee0af8b1fe884e3294dc7a"),
 }  # fmt: skip
 
 REQUIRED_CATEGORIES = (
     "chat_markers", "no_marker", "units", "percent", "intervals", "sets", "matrices", "equations", "thousands", "text",
+    "letters", "radicals", "labels",
 )  # fmt: skip
 
 
@@ -577,6 +592,108 @@ for case in [
     C("lm37", "percent", "qwen-grader", "0.5", 0, r"Half of them: $\boxed{50}$."),
     C("lm38", "sets", "lighteval-match", "3, 5", 1, r"The odd primes below 6 are $\boxed{3}, \boxed{5}$."),
     C("lm39", "units", "prm800k-grader", "4", 1, "The square has area 4 meters squared, so the answer is 4 meters squared."),
+]:
+    _add(case)
+
+# ---------------------------------------------------------------------- units after an expression (issue 33)
+# verl's prime_math and OpenRLHF's math_utils drop "cm", "meter", "second", ... after any answer;
+# lm-eval's Minerva normaliser (and verl's DAPO copy) removes "cm", "units", "square", "\text{}^2";
+# hendrycks / OpenRLHF's _remove_right_units cut at "\text{ "; Qwen2.5-Math removes a final \text{...}
+# and listed unit words only where they stand apart ((^|\W)unit($|\W)): "2ab" keeps its letters. A unit
+# stripper must never cut inside a command: lm-eval's Minerva list removes "ft" anywhere, and so turns
+# "\infty" into "\iny" (lm-evaluation-harness issue #2212, labels it "couldn't parse").
+for case in [
+    C("ue01", "units", "verl-prime", r"2\pi", 1, r"The circumference of the unit circle is $\boxed{2\pi cm}$."),
+    C("ue02", "units", "openrlhf-mathd", r"2\pi", 1, r"The circumference is $\boxed{2\pi\text{ cm}}$."),
+    C("ue03", "units", "verl-dapo-norm", r"4\pi", 1, r"The sphere's surface is $\boxed{4\pi \text{ cm}^2}$."),
+    C("ue04", "units", "verl-dapo-norm", r"8\pi", 0, r"The sphere's surface is $\boxed{4\pi \text{ cm}^2}$."),
+    C("ue05", "units", "lmeval-minerva-norm", r"3\sqrt{2}", 1, r"The diagonal is $\boxed{3\sqrt{2}\ \mathrm{m}}$."),
+    C("ue06", "units", "verl-dapo-norm", r"\frac{25}{2}", 1, r"The area is $\boxed{\frac{25}{2} \text{ square units}}$."),
+    C("ue07", "units", "qwen-strip", r"2\pi", 0, r"The circumference is $\boxed{2\pi r}$."),
+    C("ue08", "units", "verl-prime", "x+1", 1, r"The rope is $\boxed{x + 1 \text{ meters}}$ long."),
+    C("ue09", "units", "qwen-strip", "2", 0, r"Expanding, the coefficient is $\boxed{2ab}$."),
+    C("ue10", "units", "openrlhf-mathd", "12", 1, r"The side is $\boxed{12\,\text{cm}}$."),
+    C("ue11", "units", "verl-prime", r"\frac{1}{2}", 1, r"It takes $\boxed{\frac12\text{ hour}}$."),
+    C("ue12", "units", "qwen-strip", "3", 1, r"The speed is $\boxed{3\text{ km/h}}$."),
+    C("ue13", "units", "verl-prime", "90", 1, r"The angle is $\boxed{90\text{ degrees}}$."),
+    C("ue14", "units", "lmeval-minerva-norm", r"(27, \infty)", 1, r"So $x$ lies in $\boxed{(27,\infty)}$."),
+    C("ue15", "units", "verl-prime", r"5\sqrt{3}", 1, "The height is 5\\sqrt{3} cm.\nAnswer: $5\\sqrt{3}$ cm"),
+    C("ue16", "units", "verl-prime", r"6\pi", 0, r"The arc is $\boxed{3\pi \text{ cm}}$ long."),
+    C("ue17", "units", "qwen-strip", r"\frac{9}{2}", 1, r"The volume is $\boxed{\frac{9}{2}\text{ cm}^3}$.<|im_end|>"),
+    C("ue18", "units", "lmeval-minerva-norm", "100", 1, r"The distance is $\boxed{100\mbox{ km}}$."),
+]:
+    _add(case)
+
+# ---------------------------------------------------------------------- letters (issue 33)
+# A letter in a font or style command is the letter: verl's prime_math and OpenRLHF's math_utils render
+# LaTeX to text with pylatexenc (\mathcal{B} -> B, \mathbb{R} -> R), Qwen2.5-Math deletes \mathbf and
+# turns (-\infty,\infty) into \mathbb{R}, lm-eval's Minerva normaliser unwraps \text{} and \textbf{},
+# NeMo-Skills compares "\mathrm{E}" with "E".
+for case in [
+    C("lt01", "letters", "verl-prime", "B", 1, r"The set with the most elements is $\boxed{\mathcal{B}}$."),
+    C("lt02", "letters", "verl-prime", r"\mathcal{B}", 1, r"The set with the most elements is $\boxed{B}$."),
+    C("lt03", "letters", "verl-prime", "B", 0, r"The set with the most elements is $\boxed{\mathcal{C}}$."),
+    C("lt04", "letters", "qwen-strip", r"\mathbf{A}", 1, r"The matrix is $\boxed{A}$."),
+    C("lt05", "letters", "openrlhf-mathd", "F", 1, r"The family is $\boxed{\mathscr{F}}$."),
+    C("lt06", "letters", "openrlhf-mathd", "g", 1, r"The Lie algebra is $\boxed{\mathfrak{g}}$."),
+    C("lt07", "letters", "verl-prime", r"\mathbb{R}", 1, r"The domain is $\boxed{R}$."),
+    C("lt08", "letters", "qwen-strip", r"(-\infty, \infty)", 1, r"The domain is $\boxed{\mathbb{R}}$."),
+    C("lt09", "letters", "openrlhf-mathd", "P", 1, r"The answer is $\boxed{\mathcal P}$."),
+    C("lt10", "letters", "nemo-equal", "E", 1, r"$\boxed{\mathit{E}}$"),
+    C("lt11", "letters", "verl-prime", r"\mathcal{B}", 0, r"$\boxed{\mathcal{D}}$"),
+    C("lt12", "letters", "openrlhf-mathd", r"\mathcal{L}(V)", 1, r"The space of operators is $\boxed{L(V)}$."),
+    C("lt13", "letters", "qwen-strip", "D", 1, r"So the point is $\boxed{\boldsymbol{D}}$."),
+    C("lt14", "letters", "lmeval-minerva-norm", r"\textbf{C}", 1, "The answer is C."),
+    C("lt15", "letters", "verl-prime", "M", 0, r"The midpoint is $\boxed{\mathsf{N}}$."),
+    C("lt16", "letters", "verl-prime", r"\mathbb{Z}", 1, r"The kernel is $\boxed{\mathbb Z}$."),
+    C("lt17", "letters", "verl-prime", "Z", 0, r"The kernel is $\boxed{\mathbb{Q}}$."),
+]:
+    _add(case)
+
+# ---------------------------------------------------------------------- radicals (issue 33)
+# TeX reads one token after \sqrt or \sqrt[n] when no brace follows: lm-eval's Minerva normaliser
+# ("\sqrta -> \sqrt{a}", "\sqrtab -> sqrt{a}b"), hendrycks' / OpenRLHF's _fix_sqrt; Qwen2.5-Math's
+# _fix_sqrt takes the whole word (\sqrt23 -> \sqrt{23}). Sympy-based graders (verl's prime_math grader,
+# Qwen2.5-Math, DeepSeek-Math) compare radicals by value.
+for case in [
+    C("rd01", "radicals", "lmeval-minerva-norm", r"\sqrt[3]{2}", 1, r"The edge of the doubled cube is $\boxed{\sqrt[3]2}$."),
+    C("rd02", "radicals", "lmeval-minerva-norm", r"\sqrt[3]2", 1, r"The edge of the doubled cube is $\boxed{\sqrt[3]{2}}$."),
+    C("rd03", "radicals", "lmeval-minerva-norm", r"\sqrt[3]{2}", 0, r"The edge is $\boxed{\sqrt[3]{3}}$."),
+    C("rd04", "radicals", "openrlhf-mathd", r"\sqrt{2}", 1, r"The diagonal is $\boxed{\sqrt2}$."),
+    C("rd05", "radicals", "openrlhf-mathd", r"\sqrt2", 1, r"The diagonal is $\boxed{\sqrt{2}}$."),
+    C("rd06", "radicals", "verl-prime-grader", r"2\sqrt[3]{2}", 1, r"$\boxed{\sqrt[3]{16}}$"),
+    C("rd07", "radicals", "verl-prime-grader", r"\sqrt[4]{3}", 1, r"$\boxed{3^{1/4}}$"),
+    C("rd08", "radicals", "lmeval-minerva-norm", r"\sqrt{3}", 1, r"$\boxed{\sqrt 3}$"),
+    C("rd09", "radicals", "lmeval-minerva-norm", r"\sqrt[3]{2}", 1, r"$\boxed{\sqrt[3] 2}$"),
+    C("rd10", "radicals", "openrlhf-mathd", r"3\sqrt{2}", 1, r"$\boxed{3\sqrt2}$"),
+    C("rd11", "radicals", "lmeval-minerva-norm", r"\sqrt{23}", 0, r"$\boxed{\sqrt23}$",
+      contested="TeX and the Minerva / hendrycks normalisers read one digit (\\sqrt{2}3); Qwen2.5-Math reads \\sqrt{23}"),
+    C("rd12", "radicals", "verl-prime-grader", r"\sqrt[3]{x}", 1, r"$\boxed{x^{1/3}}$"),
+    C("rd13", "radicals", "lmeval-minerva-norm", r"1+\sqrt[3]{2}", 1, r"$\boxed{1+\sqrt[3]2}$"),
+    C("rd14", "radicals", "lmeval-minerva-norm", r"\sqrt[3]{4}", 0, r"$\boxed{\sqrt4}$"),
+    C("rd15", "radicals", "verl-prime-grader", r"\frac{\sqrt[3]{2}}{2}", 1, r"$\boxed{\frac{1}{\sqrt[3]{4}}}$"),
+    C("rd16", "radicals", "lmeval-minerva-norm", r"\sqrt[3]{2\pi}", 1, r"$\boxed{\sqrt[3]{2\pi}}$"),
+    C("rd17", "radicals", "lmeval-minerva-norm", r"\sqrt[3]\pi", 1, r"$\boxed{\sqrt[3]{\pi}}$"),
+]:
+    _add(case)
+
+# ---------------------------------------------------------------------- labels (issue 33)
+# Dataset labels carry stray characters: DeepSeek-Math's parse_digits drops a backslash left at the end
+# of a number ("12\%" -> "12\"), Qwen2.5-Math drops a final "/" or "." from an answer, hendrycks / lm-eval
+# strip "$" around a label, the Minerva normaliser keeps what follows the last "=".
+for case in [
+    C("lb01", "labels", "deepseek-digits", "185\\", 1, r"So the total is $\boxed{185}$."),
+    C("lb02", "labels", "deepseek-digits", "185\\", 0, r"So the total is $\boxed{186}$."),
+    C("lb03", "labels", "deepseek-digits", "\\frac{1}{2}\\", 1, r"$\boxed{0.5}$"),
+    C("lb04", "labels", "qwen-strip", "x^2+1\\", 1, r"$\boxed{x^2+1}$"),
+    C("lb05", "labels", "deepseek-digits", "185\\\\", 1, r"So the total is $\boxed{185}$."),
+    C("lb06", "labels", "qwen-strip", "42", 1, "Six times seven.\nAnswer: 42\\"),
+    C("lb07", "labels", "lmeval-minerva-norm", r"$\frac{3}{4}$", 1, r"$\boxed{3/4}$"),
+    C("lb08", "labels", "lmeval-minerva-norm", "x = 7", 1, r"$\boxed{7}$"),
+    C("lb09", "labels", "deepseek-digits", r"12\%\\", 1, r"$\boxed{12\%}$"),
+    C("lb10", "labels", "qwen-strip", "24/", 1, r"$\boxed{24}$"),
+    C("lb11", "labels", "qwen-strip", "24.", 1, r"$\boxed{24}$"),
+    C("lb12", "labels", "deepseek-digits", "185\\", 0, r"So the total is $\boxed{18}$.<|im_end|>"),
 ]:
     _add(case)
 

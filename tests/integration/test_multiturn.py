@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -190,3 +191,52 @@ def test_two_ppo_steps_with_search_and_state_masking(env, private_ray):
         assert r["response_length/mean"] + r["search/inserted_tokens"] <= MAX_NEW
         assert r["rollout/tool_s"] > 0 and r["rollout/generate_s"] > 0
     assert "search/rate=" in result.stdout and "reward/exact_match=" in result.stdout
+
+
+# Metrics that measure time, not what was learned: the rest must repeat exactly.
+CLOCK_KEYS = ("time", "timing/", "rollout/generate_s", "rollout/tool_s", "rollout/other_s")
+
+
+def test_the_multi_turn_curve_repeats_step_by_step(env, private_ray):
+    """Two identical GRPO runs with searches (tiny-search's shape: sampled at temperature 1, one search of top
+    1, state masking, prefix caching), at the same time on the private Ray, so their engines, tool threads
+    and retrieval requests interleave differently: every step's metrics are equal, bit for bit, but the
+    clocks (issue 33: tiny-search's curve must be the same on every run)."""
+    d = env["dir"]
+    flags = ["--pretrain", str(d / "model"), "--prompt_data", str(d / "questions.jsonl"), "--input_key", "question",
+             # a reward that differs between almost any two responses: every group trains from the first step
+             "--label_key", "golden_answers", "--apply_chat_template", "--reward_fn", "tests.integration.loop_rewards:char_mean",
+             "--retriever_url", f"http://127.0.0.1:{env['port']}/retrieve", "--max_turns", "1", "--retriever_topk", "1",
+             "--state_masking", "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--enable_prefix_caching",
+             "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--advantage_estimator", "group_norm",
+             "--init_kl_coef", "0", "--temperature", "1.0", "--n_samples_per_prompt", "4", "--rollout_batch_size", "4",
+             "--micro_rollout_batch_size", "4", "--train_batch_size", "16", "--micro_train_batch_size", "8",
+             "--generate_max_len", str(MAX_NEW), "--prompt_max_len", "64", "--max_samples", "8", "--num_episodes", "2",
+             "--zero_stage", "3", "--actor_learning_rate", "1e-4", "--seed", "3"]
+    env_vars = {**private_ray["env"], "RAY_ADDRESS": private_ray["address"], "HOME": str(d),
+                "RLRUN_RETRIEVER_TOKEN": TOKEN}
+    runs = []
+    for name in ("first", "second"):
+        out = d / f"repeat-{name}"
+        log = open(d / f"repeat-{name}.log", "w")  # noqa: SIM115 (closed below)
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.train_ppo_ray", *flags, "--save_path", str(out),
+                                 "--ckpt_path", str(out / "ckpt")], cwd=PROJECT, env=env_vars, stdout=log,
+                                stderr=subprocess.STDOUT)
+        runs.append((proc, log, out))
+    curves = []
+    for proc, log, out in runs:
+        try:
+            proc.wait(timeout=900)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+        assert proc.returncode == 0, Path(log.name).read_text()[-5000:]
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        curves.append([{k: v for k, v in r.items() if not k.startswith(CLOCK_KEYS)} for r in rows])
+    first, second = curves
+    assert [r["step"] for r in first] == [1, 2, 3, 4]
+    assert any(r["search/calls"] > 0 for r in first) and any(r["loss/policy"] != 0 for r in first)
+    for a, b in zip(first, second, strict=True):
+        assert a == b, {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k)}

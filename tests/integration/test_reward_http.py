@@ -518,6 +518,7 @@ def test_cli_bad_arguments_one_line_exit_2(files: dict[str, Path]) -> None:
         (["--token-file", str(loose)], "chmod 600"),
         ([], "no token is configured"),
         (["--no-auth", "--extract", "boxed,magic"], "unknown extraction strategy 'magic'"),
+        (["--no-auth", "--lenient", "units,unit"], "unknown leniency 'unit'"),
         (["--dataset", str(files["dataset"]), "--input_key", "prompt", "--no-auth"], "no 'prompt' field"),
     ]
     for args, message in cases:
@@ -538,6 +539,25 @@ def test_input_key_spellings_are_equivalent() -> None:
 
 
 # ---------------------------------------------------------------- app factory, in-process
+
+
+def test_lenient_reaches_the_verifier_from_the_command_line() -> None:
+    """--lenient (the role's reward_server__lenient) is the pool's comparison: units off, 2\\pi cm is not 2\\pi."""
+    from trainer.reward.server import create_app
+    from trainer.reward.server.__main__ import build_parser, config_from_args
+    from trainer.reward.server.app import EXTENSION
+
+    body = {"query": [r"The arc is $\boxed{2\pi cm}$.", r"The set is $\boxed{\mathcal{B}}$."], "labels": [r"2\pi", "B"]}
+    expected = {"units,styled_letters": [1.0, 1.0], "styled_letters": [0.0, 1.0], "none": [0.0, 0.0]}
+    for lenient, rewards in expected.items():
+        config = config_from_args(build_parser().parse_args(["--no-auth", "--verify-processes", "1", "--lenient", lenient]))
+        app = create_app(config)
+        try:
+            answer = app.test_client().post("/get_reward", json=body)
+            assert answer.status_code == 200, answer.get_data(as_text=True)
+            assert answer.get_json()["rewards"] == rewards, lenient
+        finally:
+            app.extensions[EXTENSION].pool.close()
 
 
 def test_create_app_refuses_without_token(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -370,3 +370,37 @@ def test_stepper_continues_contexts_like_complete_with_requests_added_mid_flight
     stepper.abort()
     assert stepper.pending() == 0 and not vllm_engine.llm.llm_engine.has_unfinished_requests()
     assert greedy_ids(vllm_engine, PROMPTS[:1])  # the engine still generates
+
+
+
+def test_a_seeded_request_samples_the_same_whatever_runs_beside_it(vllm_engine) -> None:  # noqa: ANN001
+    """The streaming multi-turn loop adds a sample's next turn to the running batch when the tool thread
+    answers, so the tool's latency decides which requests share that turn's engine steps and what the
+    prefix cache holds. A seeded request (temperature 1, the loop's per-sample seed) must sample the same
+    tokens alone, in one batch with the others, joining them mid-flight at any step, and again from a warm
+    prefix cache (issue 33: tiny-search's seeded curve repeats whatever the timing)."""
+    tok = vllm_engine.tokenizer
+    contexts = [list(tok(p).input_ids) for p in PROMPTS]
+
+    def run(joins: dict[int, int]) -> dict[int, list[int]]:
+        """Submit each key at its step of the engine; the tokens each key sampled."""
+        stepper, got, step = vllm_engine.stepper(), {}, 0
+        while len(got) < len(joins):
+            for key, at in joins.items():
+                if at == step:
+                    stepper.submit(key, contexts[key], 24, (), 1.0, 1.0, 1000 + key)
+            if stepper.pending():
+                got.update(stepper.step())
+            step += 1
+            assert step < 500
+        return {key: got[key].token_ids for key in joins}
+
+    vllm_engine.reset_prefix_cache()
+    alone = {}
+    for key in range(len(contexts)):
+        alone.update(run({key: 0}))
+    assert len({tuple(t) for t in alone.values()}) == len(contexts)  # sampled, not one fixed string
+    assert run({0: 0, 1: 0, 2: 0, 3: 0}) == alone
+    assert run({0: 0, 1: 3, 2: 7, 3: 11}) == alone  # prefixes cached by now, joins mid-flight
+    vllm_engine.reset_prefix_cache()
+    assert run({3: 0, 2: 1, 1: 5, 0: 9}) == alone

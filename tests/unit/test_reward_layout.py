@@ -46,3 +46,13 @@ def test_the_role_knows_the_services_extraction_strategies() -> None:
 
     role_vars = yaml.safe_load((ROOT / "roles" / "reward_server" / "vars" / "main.yml").read_text())
     assert role_vars["reward_server__strategies"] == list(STRATEGIES)
+
+
+def test_the_role_knows_the_services_leniencies() -> None:
+    """roles/reward_server checks reward_server__lenient against a list: the service's own."""
+    import yaml
+
+    from trainer.reward.forms import LENIENCIES
+
+    role_vars = yaml.safe_load((ROOT / "roles" / "reward_server" / "vars" / "main.yml").read_text())
+    assert role_vars["reward_server__leniencies"] == list(LENIENCIES)

@@ -2,7 +2,8 @@
 
 One package, torch-free, shared by the job and the separately deployed service:
 
-* ``extract``, ``math``, ``guard``: pure functions (what an answer is, whether it is right);
+* ``extract``, ``forms``, ``math``, ``guard``: pure functions (what an answer is, which spellings mean the
+  same, whether it is right);
 * ``pool``: worker processes with a per-item budget (used by the service and ``--reward_fn math_verify``);
 * ``client``: the job's HTTP client of the service; ``local``: in-job reward functions;
 * ``server``: the service itself, ``python -m trainer.reward.server`` (Flask under gunicorn).

@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from trainer.reward.forms import UNIT_WORD, fix_spelling, strip_units
+
 __all__ = [
     "DEFAULT_STRATEGIES",
     "FALLBACK_STRATEGIES",
@@ -184,7 +186,7 @@ def extract_answer_is(text: str) -> str | None:
     rest = _rest_of_line(text, last.end()).lstrip(" \t:")
     if rest.startswith("**") and "**" not in rest[2:]:
         rest = rest[2:]  # the bold label's closing marks: "**Answer:** 7"
-    answer = clean_answer(_cut_sentence(rest.lstrip()))
+    answer = clean_answer(_cut_sentence(rest.lstrip()), units=False)  # extract_answer drops units, if asked
     inner = extract_boxed(answer)
     return answer if inner is None else inner
 
@@ -194,7 +196,7 @@ def extract_hashes(text: str) -> str | None:
     pos = text.rfind(_HASHES)
     if pos < 0:
         return None
-    return clean_answer(_rest_of_line(text, pos + len(_HASHES)))
+    return clean_answer(_rest_of_line(text, pos + len(_HASHES)), units=False)
 
 
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}\b")
@@ -295,7 +297,7 @@ def extract_final_expression(text: str) -> str | None:
         if gap is None:
             break
         listed.insert(0, previous)
-    return ", ".join(clean_answer(content) for _, _, content in listed)
+    return ", ".join(clean_answer(content, units=False) for _, _, content in listed)
 
 
 def extract_last_number(text: str) -> str | None:
@@ -359,6 +361,7 @@ _PERCENT_WORD = re.compile(r"(?P<number>-?\d[\d,]*(?:\.\d+)?)\s*(?:percent|per c
 _APPROX = re.compile(r"\\approx|≈|\\simeq")
 _PLAIN_PI = re.compile(r"(?<![A-Za-z])(?:pi|π)(?![A-Za-z])")
 _EQUALS = re.compile(r"(?<![<>!\\:])=(?!=)")
+_KNOWN_UNIT = re.compile(rf"{UNIT_WORD}(?:/[A-Za-z]+)?\.?")
 
 
 def _top_level_split(text: str, pattern: re.Pattern[str]) -> list[str]:
@@ -382,8 +385,12 @@ def _top_level_split(text: str, pattern: re.Pattern[str]) -> list[str]:
     return parts
 
 
-def _plain_number_answer(text: str) -> str | None:
-    """``text`` as a plain number when it is one followed by units, a scale word or "percent"."""
+def _plain_number_answer(text: str, units: bool = True) -> str | None:
+    """``text`` as a plain number when it is one followed by a scale word, "percent" or (``units``) units.
+
+    Letters right after the digits count as units only when they are one ("60mph", "5cm", "5m"): "2ab"
+    is a product, not 2 with units.
+    """
     percent = _PERCENT_WORD.fullmatch(text)
     if percent:
         return percent["number"].replace(",", "") + "\\%"
@@ -401,19 +408,25 @@ def _plain_number_answer(text: str) -> str | None:
             return str(int(number) * _SCALE_WORDS[words[0]]) if number.lstrip("-").isdigit() else None
         except ValueError:
             return None
-    if any(w in _NOT_UNITS or w in _SCALE_WORDS for w in words):
+    if not units or any(w in _NOT_UNITS or w in _SCALE_WORDS for w in words):
+        return None
+    attached = match.end("number") == match.start("units")
+    if attached and len(match["units"].split()[0]) > 1 and not _KNOWN_UNIT.fullmatch(match["units"].split()[0]):
         return None
     return number
 
 
-def clean_answer(answer: str) -> str:
+def clean_answer(answer: str, units: bool = True) -> str:
     """An extracted answer as compared.
 
     Strips whitespace, math delimiters (``$..$``, ``\\(..\\)``, ``**..**``) and a final
-    period; keeps what precedes "approximately" (``\\frac{\\sqrt3}{3} \\approx 0.577``) and
-    what follows the last ``=`` of a chain (``x = 5 + 5 + 1 = 11``); reduces a plain number
-    with units, a scale word or "percent" to the number (``4 meters``, ``1 million``,
-    ``20 percent``) and drops space thousands separators (``1 000``).
+    period; fixes spellings that mean the same (``\\sqrt[3]2``, a stray trailing backslash:
+    trainer.reward.forms.fix_spelling); keeps what precedes "approximately"
+    (``\\frac{\\sqrt3}{3} \\approx 0.577``) and what follows the last ``=`` of a chain
+    (``x = 5 + 5 + 1 = 11``); reduces a plain number with a scale word or "percent" to the number
+    (``1 million``, ``20 percent``) and drops space thousands separators (``1 000``). With ``units``
+    (the leniency of that name), a unit after the answer goes too (``4 meters``, ``2\\pi cm``,
+    ``4\\pi \\text{ cm}^2``).
     """
     text = answer.strip()
     changed = True
@@ -426,6 +439,7 @@ def clean_answer(answer: str) -> str:
         if text.endswith(".") and not text.endswith(".."):
             text = text[:-1].rstrip()
             changed = True
+    text = fix_spelling(text)
     if _APPROX.search(text):
         before = _top_level_split(text, _APPROX)[0].strip()
         text = before or text
@@ -433,9 +447,13 @@ def clean_answer(answer: str) -> str:
         parts = _top_level_split(text, _EQUALS)
         if len(parts) > 2 and parts[-1].strip():
             text = parts[-1].strip()
-    plain = _plain_number_answer(text) if text[:1].isdigit() or text[:1] in "-−$€£¥" else None
+    plain = _plain_number_answer(text, units) if text[:1].isdigit() or text[:1] in "-−$€£¥" else None
     if plain is not None:
         return plain
+    if units:
+        bare = strip_units(text)
+        if bare != text:
+            return clean_answer(bare, units)  # "$5\sqrt{3}$ cm": the delimiters were not the whole text
     if "\\" not in text and ("pi" in text or "π" in text):
         text = _PLAIN_PI.sub(r"\\pi", text)  # "2 pi" in prose is 2 pi, not 2 * p * i
     return text
@@ -452,7 +470,7 @@ def _after_thinking(text: str) -> str:
 
 
 def extract_answer(
-    text: str, strategies: Sequence[str] = DEFAULT_STRATEGIES
+    text: str, strategies: Sequence[str] = DEFAULT_STRATEGIES, units: bool = True
 ) -> tuple[str | None, str | None]:
     """Extract the final answer from ``text``.
 
@@ -461,11 +479,11 @@ def extract_answer(
     strategy in order; the first one that finds something wins. Returns ``(answer,
     strategy_name)``, or ``(None, None)`` when nothing was found. The answer may be ``""``
     (e.g. an empty ``\\boxed{}``): callers treat that as "no answer" without falling back,
-    because the model did mark an answer.
+    because the model did mark an answer. ``units``: drop a unit after the answer (clean_answer).
     """
     text = _after_thinking(strip_special_tokens(text))
     for name in strategies:
         found = STRATEGIES[name](text)
         if found is not None:
-            return clean_answer(found), name
+            return clean_answer(found, units), name
     return None, None

@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from trainer.reward.extract import DEFAULT_STRATEGIES, clean_answer, extract_answer, extract_boxed
+from trainer.reward.forms import LENIENCIES, lone_letter, unstyle_letters
 from trainer.reward.guard import too_big
 from trainer.reward.numeric import clearly_different, same_text
 
@@ -41,6 +42,8 @@ __all__ = [
     "RewardResult",
     "fast_compare",
     "label_to_str",
+    "normalize_answer",
+    "normalize_label",
     "quick_check",
     "score_response",
     "verify_answer",
@@ -103,12 +106,19 @@ class MathRewardConfig:
     max_answer_chars: longer extracted answers score 0 with reason "too_long" (sympy cost guard).
     max_digits: answers whose exact value would have more digits (``9^{9^{9}}``) score 0 with
         reason "too_complex" without calling sympy; 0 disables the check (the pool timeout remains).
+    lenient: the leniencies on (trainer.reward.forms.LENIENCIES, all by default): ``units`` drops a
+        unit after the answer (``2\\pi cm``), ``styled_letters`` reads ``\\mathcal{B}`` as ``B``. A dataset
+        where the unit or the style is part of the answer turns them off (the service's ``--lenient``).
     """
 
     strategies: tuple[str, ...] = field(default=DEFAULT_STRATEGIES)
     fast_path: bool = True
     max_answer_chars: int = 1000
     max_digits: int = 100_000
+    lenient: frozenset[str] = frozenset(LENIENCIES)
+
+
+_DEFAULT_CONFIG = MathRewardConfig()
 
 
 def label_to_str(label: object) -> str:
@@ -126,10 +136,19 @@ def label_to_str(label: object) -> str:
     return str(label)
 
 
-def normalize_label(label: str) -> str:
-    """A reference answer as compared: its last ``\\boxed{}`` content if any, then cleaned."""
+def normalize_answer(answer: str, config: MathRewardConfig | None = None, *, cleaned: bool = False) -> str:
+    """An extracted answer as compared: cleaned (trainer.reward.extract.clean_answer) with the config's
+    leniencies (units dropped, styled letters written plain). ``cleaned``: ``answer`` comes from
+    ``extract_answer(..., units=...)`` with this config's units, so only the letters are left to do."""
+    lenient = (config or _DEFAULT_CONFIG).lenient
+    text = answer if cleaned else clean_answer(answer, units="units" in lenient)
+    return unstyle_letters(text) if "styled_letters" in lenient else text
+
+
+def normalize_label(label: str, config: MathRewardConfig | None = None) -> str:
+    """A reference answer as compared: its last ``\\boxed{}`` content if any, then as an answer is."""
     boxed = extract_boxed(label) if "\\boxed" in label or "\\fbox" in label else None
-    return clean_answer(boxed if boxed is not None else label)
+    return normalize_answer(boxed if boxed is not None else label, config)
 
 
 # ---------------------------------------------------------------- fast path
@@ -263,9 +282,15 @@ def fast_compare(answer: str, label: str) -> bool | None:
 
 @lru_cache(maxsize=1)
 def _extraction_config() -> tuple[object, ...]:
+    """math-verify's default extraction, without its unit stripping: units are dropped before (leniency
+    ``units``, trainer.reward.forms), so that the fast path and math-verify read the same text. Its own
+    list strips single letters after a number (``\\boxed{2ab}`` would be 2)."""
+    from latex2sympy2_extended import NormalizationConfig
     from math_verify import ExprExtractionConfig, LatexExtractionConfig
 
-    return (LatexExtractionConfig(), ExprExtractionConfig())
+    normalization = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True,
+                                        boxed="all", equations=False)
+    return (LatexExtractionConfig(normalization_config=normalization), ExprExtractionConfig())
 
 
 @lru_cache(maxsize=8192)
@@ -363,6 +388,10 @@ def quick_check(answer: str | None, label: str, config: MathRewardConfig) -> Rew
         chosen = _CHOICE_ANSWER.match(answer)
         if chosen is not None:
             return RewardResult.of(chosen[1] == letter, answer)
+    if "styled_letters" in config.lenient and "\\" in answer + label:
+        ours, theirs = lone_letter(answer), lone_letter(label)  # \mathbb{R} against R
+        if ours is not None and theirs is not None:
+            return RewardResult.of(ours == theirs, answer)
     if config.fast_path:
         verdict = fast_compare(answer, label)
         if verdict is None and same_text(answer, label):
@@ -381,9 +410,9 @@ def verify_answer(answer: str | None, label: str, config: MathRewardConfig | Non
     """
     from math_verify import verify
 
-    config = config or MathRewardConfig()
-    label = normalize_label(label)
-    answer = clean_answer(answer) if answer is not None else None
+    config = config or _DEFAULT_CONFIG
+    label = normalize_label(label, config)
+    answer = normalize_answer(answer, config) if answer is not None else None
     quick = quick_check(answer, label, config)
     if quick is not None:
         return quick
@@ -412,8 +441,8 @@ def verify_answer(answer: str | None, label: str, config: MathRewardConfig | Non
 
 def score_response(response: str, label: str | None, config: MathRewardConfig | None = None) -> RewardResult:
     """Extract the final answer from ``response`` and verify it against ``label`` in-process."""
-    config = config or MathRewardConfig()
+    config = config or _DEFAULT_CONFIG
     if label is None:
         return RewardResult(0.0, Reason.NO_LABEL, None)
-    answer, strategy = extract_answer(response, config.strategies)
+    answer, strategy = extract_answer(response, config.strategies, units="units" in config.lenient)
     return verify_answer(answer, label, config).on_path(strategy)

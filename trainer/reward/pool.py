@@ -53,7 +53,14 @@ from multiprocessing.connection import wait
 
 from trainer.reward._pool_state import Job, LruCache, Task, Worker
 from trainer.reward.extract import extract_answer
-from trainer.reward.math import MathRewardConfig, Reason, RewardResult, normalize_label, quick_check
+from trainer.reward.math import (
+    MathRewardConfig,
+    Reason,
+    RewardResult,
+    normalize_answer,
+    normalize_label,
+    quick_check,
+)
 
 __all__ = ["VerifyPool", "VerifyPoolError", "default_processes"]
 
@@ -206,8 +213,9 @@ class VerifyPool:
             if label is None:
                 results[i] = RewardResult(0.0, Reason.NO_LABEL, None)
                 continue
-            answer, paths[i] = extract_answer(response, self.config.strategies)
-            norm_label = normalize_label(label)
+            answer, paths[i] = extract_answer(response, self.config.strategies, units="units" in self.config.lenient)
+            answer = None if answer is None else normalize_answer(answer, self.config, cleaned=True)
+            norm_label = normalize_label(label, self.config)
             quick = quick_check(answer, norm_label, self.config)
             if quick is not None:
                 results[i] = quick.on_path(paths[i])

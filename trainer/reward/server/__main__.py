@@ -15,6 +15,7 @@ import os
 from typing import Any, NoReturn
 
 from trainer.reward.extract import DEFAULT_STRATEGIES, STRATEGIES, validate_strategies
+from trainer.reward.forms import LENIENCIES, validate_leniencies
 from trainer.reward.pool import default_processes
 from trainer.reward.server.app import EXTENSION, create_app
 from trainer.reward.server.config import TOKEN_ENV, ConfigError, ServerConfig
@@ -54,6 +55,9 @@ FLAGS = (
     Flag("extract", f"answer extraction strategies in order (default {','.join(DEFAULT_STRATEGIES)}; all: "
          f"{','.join(STRATEGIES)}); leave out final_expression to score responses without a marked answer (boxed, "
          "<answer>, 'answer is', ####) as no_answer", default=",".join(DEFAULT_STRATEGIES)),
+    Flag("lenient", f"leniencies of the comparison, comma-separated, or none (default {','.join(LENIENCIES)}): "
+         "units drops a unit after the answer (2\\pi cm = 2\\pi), styled_letters reads \\mathcal{B} as B; leave one "
+         "out for a dataset where the unit or the letter's style is part of the answer", default=",".join(LENIENCIES)),
     cli.HEAD_TIMEOUT.but(group=_CONNECTIONS),
     cli.BODY_TIMEOUT.but(group=_CONNECTIONS),
     cli.KEEPALIVE.but(group=_CONNECTIONS),
@@ -81,11 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """ServerConfig for parsed CLI arguments (raises ConfigError / ValueError on bad values).
 
-    A flag whose dest names a ServerConfig field sets that field; --no-auth and --extract are translated.
+    A flag whose dest names a ServerConfig field sets that field; --no-auth, --extract and --lenient are
+    translated.
     """
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServerConfig) if f.name in vars(args)}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServerConfig)
+             if f.name in vars(args) and f.name != "lenient"}
     strategies = validate_strategies([s.strip() for s in args.extract.split(",") if s.strip()])
-    return ServerConfig(auth=not args.no_auth, strategies=strategies, **given)
+    return ServerConfig(auth=not args.no_auth, strategies=strategies, lenient=validate_leniencies(args.lenient.split(",")),
+                        **given)
 
 
 def _close_pool(_server: Any, worker: Any) -> None:

@@ -121,6 +121,7 @@ def create_app(
     if pool is None:
         math_config = MathRewardConfig(
             strategies=config.strategies,
+            lenient=config.lenient,
             max_answer_chars=config.max_answer_chars,
             max_digits=config.max_digits,
         )

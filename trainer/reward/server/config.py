@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from trainer.reward.extract import DEFAULT_STRATEGIES
+from trainer.reward.forms import LENIENCIES
 from trainer.services.cli import ConfigError
 from trainer.services.token import load_token_file
 
@@ -30,6 +31,7 @@ class ServerConfig:
     label_key: str = "answer"
     prompt_template: str = "none"
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    lenient: frozenset[str] = frozenset(LENIENCIES)  # trainer.reward.forms: units, styled_letters
     timeout: float = 3.0  # CPU seconds one item may use
     wall_timeout: float | None = None  # None: 10 * timeout + 30 (VerifyPool's backstop)
     verify_processes: int | None = None  # None: CPUs available
