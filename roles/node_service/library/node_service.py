@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -66,9 +68,10 @@ options:
   ready_argv: {type: list, elements: str, default: [],
                description: After a start or restart, run this command; it must exit 0 (it waits itself).}
   ready_env: {type: dict, default: {}, description: Environment of I(ready_argv).}
+  ready_tcp: {type: str, default: "", description: "After a start or restart, wait until HOST:PORT accepts a TCP connection."}
   remove: {type: list, elements: path, default: [],
            description: "With state absent: files and directories (with what they hold) removed after the stop."}
-  wait_timeout: {type: int, default: 120, description: Seconds I(health_url) may take to answer.}
+  wait_timeout: {type: int, default: 120, description: Seconds I(health_url) or I(ready_tcp) may take to answer.}
 """
 
 RETURN = r"""
@@ -285,6 +288,23 @@ class Converge:
         return action
 
     # -- readiness ---------------------------------------------------------------------------------
+    def wait_tcp(self) -> None:
+        host, _, port = self.p["ready_tcp"].rpartition(":")
+        if not host or not port.isdigit():
+            self.fail(f"ready_tcp = {self.p['ready_tcp']!r}: expected HOST:PORT")
+        timeout = self.p["wait_timeout"]
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((host, int(port)), timeout=5):
+                    return
+            except OSError as exc:
+                last = str(exc)
+            if time.monotonic() > deadline:
+                self.fail(f"nothing accepts connections on {host}:{port} {timeout} s after the start (last: {last}); "
+                          f"see the service's log in {self.p['run_dir']} or its journal")
+            time.sleep(0.5)
+
     def wait_health(self) -> None:
         url, timeout = self.p["health_url"], self.p["wait_timeout"]
         context = ssl.create_default_context(cafile=self.p["health_ca"]) if self.p["health_ca"] else None
@@ -307,6 +327,9 @@ class Converge:
     # -- the call ----------------------------------------------------------------------------------
     def __call__(self) -> dict:
         p = self.p
+        if not re.match(r"^[A-Za-z0-9_.@-]+$", p["name"]) or (p["state"] != "absent" and not p["command"]):
+            self.m.fail_json(msg=f"node_service__name = '{p['name']}' must be non-empty letters, digits, '.', '_', "
+                                 f"'-', '@'; node_service__command = {p['command']} must be a non-empty list")
         needs = ("script", "ctl") if p["manager"] == "start-stop-daemon" else ("unit",)
         missing = [k for k in needs if p["state"] != "absent" and not p[k]]
         if missing:
@@ -325,6 +348,8 @@ class Converge:
         digest = self.digest()
         action = self.ssd(digest) if p["manager"] == "start-stop-daemon" else self.systemd(digest)
         if not self.check and p["state"] == "started":
+            if action in ("started", "restarted") and p["ready_tcp"]:
+                self.wait_tcp()
             if action in ("started", "restarted") and p["ready_argv"]:
                 self.run(p["ready_argv"], env=p["ready_env"])
             if p["health_url"]:
@@ -360,6 +385,7 @@ def main():
             "health_ca": {"type": "path", "default": ""},
             "ready_argv": {"type": "list", "elements": "str", "default": []},
             "ready_env": {"type": "dict", "default": {}},
+            "ready_tcp": {"type": "str", "default": ""},
             "wait_timeout": {"type": "int", "default": 120},
             "remove": {"type": "list", "elements": "path", "default": []},
         },
