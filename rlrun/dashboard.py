@@ -196,3 +196,20 @@ def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: fl
             raise RlrunError(f"node {node_ip} is not alive in the cluster at {dashboard} after {timeout:.0f} s "
                              f"({last})")
         time.sleep(1.0)
+
+
+def wait_nodes_alive(dashboard: str, token: str | None, count: int, timeout: float,
+                     interval: float = 1.0) -> list[Node]:
+    """Poll until exactly `count` nodes are ALIVE (nodes joining, or a restarted node's old self not yet marked
+    dead), at most `timeout` seconds; returns the last listing either way, for the caller's checks. A refused
+    token or a dashboard that never answers is an error."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            nodes = list_nodes(dashboard, token, timeout=5.0)
+            if sum(n.alive for n in nodes) == count or time.monotonic() >= deadline:
+                return nodes
+        except RlrunError as exc:
+            if "refused the token" in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(interval)

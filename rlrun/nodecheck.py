@@ -3,6 +3,8 @@
   --node-ip IP            wait until that node is ALIVE (ray_node role)
   --expect-nodes N ...    check alive nodes / CPUs / GPUs (status playbook,
                           the seed's `check_ray.sh 32`)
+  --wait SECONDS          with --expect-nodes: first wait until that many nodes
+                          are alive (nodes still joining), then check
 
 The token is read from the file named by $RLRUN_TOKEN_FILE (never from the
 command line, which `ps` would show). Exit 0 when healthy, 1 with one line
@@ -16,7 +18,7 @@ import json
 import os
 import sys
 
-from rlrun.dashboard import check_totals, list_nodes, wait_node_alive
+from rlrun.dashboard import check_totals, list_nodes, wait_node_alive, wait_nodes_alive
 from rlrun.errors import RlrunError
 
 
@@ -41,13 +43,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect-cpus", type=float)
     parser.add_argument("--expect-gpus", type=float)
     parser.add_argument("--json", action="store_true", help="print the alive nodes as JSON")
+    parser.add_argument("--wait", type=float, default=0.0,
+                        help="with --expect-nodes: seconds to wait until that many nodes are alive before checking")
     args = parser.parse_args(argv)
+    if args.wait < 0:
+        parser.error(f"--wait {args.wait:g}: expected seconds >= 0")
     try:
         token = read_token_file(os.environ.get("RLRUN_TOKEN_FILE"))
         if args.node_ip:
             node = wait_node_alive(args.dashboard, token, args.node_ip, args.timeout)
             print(f"node {node.node_ip} alive ({node.cpus:g} CPUs, {node.gpus:g} GPUs)")
-        nodes = list_nodes(args.dashboard, token)
+        if args.wait and args.expect_nodes is not None:
+            nodes = wait_nodes_alive(args.dashboard, token, args.expect_nodes, args.wait)
+        else:
+            nodes = list_nodes(args.dashboard, token)
         if args.json:
             print(json.dumps([n.__dict__ for n in nodes if n.alive]))
         problems = check_totals(nodes, args.expect_nodes, args.expect_cpus, args.expect_gpus)
@@ -56,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
+    if problems:
+        alive = sorted(n.node_ip for n in nodes if n.alive)
+        print(f"alive nodes: {', '.join(alive) or 'none'}", file=sys.stderr)
     if not problems and not args.json:
         alive = [n for n in nodes if n.alive]
         print(f"{len(alive)} nodes alive, {sum(n.cpus for n in alive):g} CPUs, {sum(n.gpus for n in alive):g} GPUs")
