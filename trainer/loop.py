@@ -390,6 +390,7 @@ class Trainer:
         self.evaluator.at_start()  # --eval_at_start: step 0, the weights the run starts from
         if cfg.async_train:  # rollouts made ahead of training, at most --max_staleness versions old
             self.rollouts = AsyncRollouts(self, self.step_no + 1, total, cfg.max_staleness)
+            self.rollouts.start()  # after the assignment: a replaced engine is restored through self.rollouts
         try:
             # async: the producer draws ahead, so the step count alone ends the run
             while self.step_no < total and (cfg.async_train or self.sampler.episode < cfg.num_episodes):

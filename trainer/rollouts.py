@@ -168,7 +168,13 @@ class AsyncRollouts:
         self.push_wait = 0.0
         self.thread = threading.Thread(target=self._produce, args=(first_step,), name="rollout-producer",
                                        daemon=True)
+
+    def start(self) -> AsyncRollouts:
+        """Start the producer. Its generate calls may restore replaced engines through ``trainer.rollouts``, so
+        the trainer holds this object before the producer starts: ``trainer.rollouts = AsyncRollouts(...)``, then
+        ``trainer.rollouts.start()``."""
         self.thread.start()
+        return self
 
     def _produce(self, step: int) -> None:
         try:
@@ -274,4 +280,5 @@ class AsyncRollouts:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self.thread.join(timeout=5)  # a batch being generated ends with the engines' shutdown
+        if self.thread.ident is not None:  # started
+            self.thread.join(timeout=5)  # a batch being generated ends with the engines' shutdown

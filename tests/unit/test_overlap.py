@@ -190,7 +190,7 @@ def test_without_dynamic_sampling_every_prompt_is_kept():
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_the_producer_never_runs_more_than_max_staleness_versions_ahead(staleness):
     trainer = FakeTrainer(["x"] * 40, dynamic=False, gen_s=0.02)
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=6, max_staleness=staleness)
+    rollouts = AsyncRollouts(trainer, first_step=1, last_step=6, max_staleness=staleness).start()
     seen = []
     try:
         for step in range(1, 7):
@@ -222,7 +222,7 @@ def test_a_push_waits_for_the_batch_being_generated_and_the_producer_for_the_pus
         return generate(texts, seed)
 
     trainer.generate_batch = marked
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=3, max_staleness=1)
+    rollouts = AsyncRollouts(trainer, first_step=1, last_step=3, max_staleness=1).start()
     pushed = []
     try:
         rollouts.next(1)  # batch 1 made; the producer starts batch 2 at once (version 0 is recent enough)
@@ -246,7 +246,7 @@ def test_a_failed_generation_ends_the_step_with_its_error():
         raise ConnectionError("engine 0 is gone")
 
     trainer.generate_batch = broken
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
+    rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1).start()
     try:
         with pytest.raises(RuntimeError, match="the rollout producer failed: ConnectionError: engine 0 is gone"):
             rollouts.next(1)
@@ -284,6 +284,7 @@ def test_a_replacement_while_the_trainer_waits_gets_the_weights_from_the_produce
     itself, and the batch goes on with the version it started with."""
     trainer = ReplacingTrainer(replace_at=11)
     rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
+    rollouts.start()
     try:
         r1 = rollouts.next(1)
     finally:
@@ -298,6 +299,7 @@ def test_a_replacement_while_the_policy_trains_waits_for_the_push_and_makes_the_
     prompts) and generated whole with version 1, not half with version 0."""
     trainer = ReplacingTrainer(replace_at=12, gen_s=0.05)
     rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
+    rollouts.start()
     try:
         rollouts.next(1)
         end = time.monotonic() + 20  # "training" step 1 until batch 2 has lost its engine
