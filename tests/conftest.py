@@ -21,6 +21,17 @@ PROJECT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    """SIGTERM ends the run as Ctrl-C does: pytest then tears the session's fixtures down (the shared clusters,
+    the network-namespace and Slurm labs). Its default would end the process at once and leave them running
+    (what a CI runner's cancel, or scripts/lanes.sh passing TERM on, sends)."""
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 def ansible_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
