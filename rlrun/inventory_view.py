@@ -28,7 +28,10 @@ UNKNOWN = object()  # a value that needs facts (or something else that only exis
 # Variables that exist only while a play runs: a value built from one is not known offline.
 PLAY_VARS = {"role_path", "role_name", "playbook_dir", "play_hosts", "ansible_play_hosts", "ansible_play_batch",
              "ansible_play_name", "ansible_role_names", "ansible_parent_role_names", "ansible_run_tags",
-             "ansible_skip_tags", "ansible_check_mode", "ansible_loop", "item", "hostvars"}
+             "ansible_skip_tags", "ansible_check_mode", "ansible_loop", "item", "hostvars",
+             # set by the inventory for its own hosts only: a play on the implicit localhost (the report plays) has
+             # neither, and there they mean nothing the controller-side checks would use
+             "inventory_dir", "inventory_file"}
 # Lookups with side effects (write files, run commands, use the network): never run by a validation.
 BLOCKED_LOOKUPS = {"password", "pipe", "url", "lines", "together_with_side_effects"}
 
