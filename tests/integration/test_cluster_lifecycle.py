@@ -260,7 +260,6 @@ def test_a_change_left_by_an_interrupted_run_restarts_the_node(cluster):
 
     again = playbook(cluster["inv"], "site.yml")
     assert again.returncode == 0, again.stdout[-4000:]
-    assert "Restart the service because its definition changed" in again.stdout
     ray_after = _service_pids(cluster, "ray-head")
     assert ray_after[0] != ray_before[0] and _environ(ray_after[1]).get("NCCL_DEBUG") == "WARN"
     assert _service_pids(cluster, "reward") == reward_before  # it does not load the accelerator env
