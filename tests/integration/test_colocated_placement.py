@@ -77,6 +77,9 @@ class VllmRayExecutorProbe:
     def ready(self) -> str:
         return ray.util.get_node_ip_address()
 
+    def pid(self) -> int:  # the engines' log line names each engine's node and pid
+        return os.getpid()
+
     def gpu_ids(self) -> list:
         if self.workers:
             return sorted(g for w in self.workers for g in ray.get(w.gpu_ids.remote()))

@@ -93,9 +93,13 @@ def test_training_lowers_the_loss_and_gathered_weights_reproduce_the_group(group
 
 def test_checkpoint_resume_gives_the_same_next_step(group, tiny, tmp_path):
     batch = _batch(tiny)
-    group.run("save_checkpoint", str(tmp_path), "step5", {"step": 5})
+    from trainer import checkpoint
+
+    checkpoint.save(tmp_path, "global_step5", {"policy": group}, {"step": 5})
     uninterrupted = [group.run_sharded("train_sft", [[batch], [batch]])[0] for _ in range(2)]
-    client = group.run("load_checkpoint", str(tmp_path), "step5")
-    assert client[0]["step"] == 5
+    found = checkpoint.newest(tmp_path)
+    assert found is not None and found.tag == "global_step5" and found.complete
+    client = checkpoint.load(found, {"policy": group})
+    assert client["step"] == 5
     resumed = [group.run_sharded("train_sft", [[batch], [batch]])[0] for _ in range(2)]
     assert resumed == uninterrupted
