@@ -38,8 +38,9 @@ status: venv
 # System packages first (scripts/system-deps.sh installs what is missing as
 # root, else stops at once with the install line), so no scenario is skipped.
 # Then two lanes side by side (scripts/lanes.sh; each line prefixed with its lane's name):
-#   lane-1   pytest-clusters (the session's one-node cluster, the multinode lab), molecule default + multinode
-#   lane-2   pytest-rest (trainer, services, Slurm lab, firewall lab, validation, unit), the role scenarios
+#   lane-1   pytest-clusters (the session's one-node cluster, the multinode lab, the Slurm lab), molecule default +
+#            multinode
+#   lane-2   pytest-rest (trainer, services, firewall lab, validation, unit), the role scenarios
 # They share no cluster, port, address range or state directory, and both spend much of their time
 # waiting on processes they started, so on 2 cores they end well before the two one after the other.
 # Within a lane a failure does not hide the lane's later steps (make -k); any failure fails the run.
@@ -61,11 +62,11 @@ check: venv lint
 	python -m pytest -q tests/unit
 
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
-# 127.0.0.4, ports 8600-8999) and of the multinode lab (network namespaces 10.244.52.0/24), about half
-# of the suite's time. Every other file under tests/ runs in pytest-rest (--ignore of these), so a new
+# 127.0.0.4, ports 8600-8999), of the multinode lab (network namespaces 10.244.52.0/24) and of the Slurm lab
+# (10.245.61.0/24), about half of the suite's time (lanes balanced on the durations of a CI run, 2026-11-26). Every other file under tests/ runs in pytest-rest (--ignore of these), so a new
 # file is never left out.
 CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
-  test_presets_cluster.py test_multinode.py test_node_service_systemd.py)
+  test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py)
 
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must. Each pytest run has a
 # base temp dir of its own (two sessions at once). In-process vLLM tests run in a process of their
