@@ -63,8 +63,8 @@ check: venv lint
 
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
 # 127.0.0.4, ports 8600-8999), of the multinode lab (network namespaces 10.244.52.0/24) and of the Slurm lab
-# (10.245.61.0/24), about half of the suite's time (lanes balanced on the durations of a CI run, 2026-11-26). Every other file under tests/ runs in pytest-rest (--ignore of these), so a new
-# file is never left out.
+# (10.245.61.0/24), about half of the suite's time (lanes balanced on a CI run's durations, 2026-11-26).
+# Every other file under tests/ runs in pytest-rest (--ignore of these), so a new file is never left out.
 CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
   test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py)
 
