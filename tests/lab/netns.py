@@ -26,7 +26,13 @@ after a crash: it ends the processes of each namespace by PID (``ip netns
 pids``: sshd, its sessions and everything they started), deletes the
 namespaces, veths and bridge, and removes the lab directory /tmp/rlrun-lab<index>.
 ``create`` refuses to start when any of those names, the directory, or an
-address or route inside the subnet already exists.
+address or route inside the subnet already exists, with one exception: a lab
+whose *holder* has ended. The holder is the process whose life bounds the lab's
+use (the pytest process that made it; with ``--holder molecule``, the molecule
+run whose create step made it); lab.json records its PID and start time. When
+that process is gone (a run killed before its teardown), ``create`` removes the
+left lab first and says so on stderr. A lab whose holder still runs, or one
+without a record, is never touched.
 
 Needs root, iproute2 (``ip``), util-linux (``unshare``, ``mount``) and OpenSSH
 (``ssh``, ``ssh-keygen``, ``/usr/sbin/sshd``; Debian: openssh-server).
@@ -78,10 +84,94 @@ def _link_names() -> list[str]:
     return [link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]).stdout or "[]")]
 
 
+def reclaim_if_holder_ended(state_file: Path, what: str, destroy) -> list[str]:
+    """If `state_file` records a holder that has ended, call `destroy` (removes the left lab) and say so on
+    stderr; returns what was removed. Nothing happens when the holder still runs or no holder is recorded."""
+    try:
+        recorded = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return []
+    holder = recorded.get("holder") if isinstance(recorded, dict) else None
+    if not isinstance(holder, dict) or holder_alive(holder):
+        return []
+    removed = destroy()
+    print(f"{what}: its holder (pid {holder.get('pid')}: {holder.get('cmd') or '?'}; owner "
+          f"{recorded.get('owner') or '-'}) has ended without removing it: removed {len(removed)} things "
+          f"({', '.join(removed[:4])}{', ...' if len(removed) > 4 else ''})", file=sys.stderr)
+    return removed
+
+
+def held_by(state_file: Path) -> str:
+    """'; held by ...' naming the recorded holder that still runs, or '' (for create's refusal)."""
+    try:
+        holder = json.loads(state_file.read_text()).get("holder")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(holder, dict) and holder_alive(holder):
+        return f"; held by pid {holder['pid']} ({holder.get('cmd') or '?'}), which still runs"
+    return ""
+
+
 def netns_pids(netns: str) -> list[int]:
     """PIDs of the processes inside network namespace `netns` (none when it does not exist)."""
     proc = _run(["ip", "netns", "pids", netns], check=False)
     return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): with the PID, it names one
+    process, also after the PID is reused."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def holder_record(pid: int) -> dict:
+    """What lab.json keeps of a lab's holder: PID, start time and command line."""
+    return {"pid": pid, "start": _start_time(pid), "cmd": _cmdline(pid)}
+
+
+def holder_alive(record: dict) -> bool:
+    """Whether the process `record` (holder_record) still runs: same PID, same start time, not a zombie."""
+    pid = record.get("pid")
+    return isinstance(pid, int) and _alive(pid) and _start_time(pid) == record.get("start")
+
+
+def find_holder(spec: str) -> int:
+    """`spec` is a PID, or a command name: the nearest ancestor of this process whose program (argv[0], or
+    argv[1] for an interpreter running a script) has that name, e.g. `molecule`."""
+    if spec.isdigit():
+        if not _alive(int(spec)):
+            raise LabError(f"--holder {spec}: no such process")
+        return int(spec)
+    pid = os.getppid()
+    while pid and pid > 1:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            break
+        # The program, or the script an interpreter runs (`python .../bin/molecule`, `python -m molecule`).
+        names = {Path(a.decode(errors="replace")).name for a in argv[:3] if a and a != b"-m"}
+        if spec in names:
+            return pid
+        pid = _parent(pid)
+    raise LabError(f"--holder {spec!r}: no process named {spec!r} among this command's ancestors; expected a PID "
+                   "or the name of the program that runs the lab's user (e.g. molecule)")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:
@@ -107,6 +197,9 @@ class Lab:
     # Who created the lab (recorded in lab.json): a destroy that names an owner
     # removes only a lab of that owner, so a run never removes another run's lab.
     owner: str = ""
+    # The PID whose end makes the lab a leftover (see the module's doc): by default the process that makes
+    # the Lab; None records no holder (the lab is never removed by a later create).
+    holder: int | None = field(default_factory=os.getpid)
     _sshd: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -182,6 +275,7 @@ class Lab:
                 raise LabError(f"`{tool}` not found: install iproute2, util-linux and openssh-client")
         if not os.access(SSHD, os.X_OK):
             raise LabError(f"{SSHD} not found: install openssh-server (apt-get install openssh-server)")
+        reclaim_if_holder_ended(self.dir / "lab.json", f"lab {self.index}", lambda: Lab(self.index).destroy())
         found = [f"namespace {n}" for n in _netns_names() if n.startswith(self.ns_prefix)]
         found += [f"link {n}" for n in _link_names() if n == self.bridge or n.startswith(self.veth_prefix)]
         if self.dir.exists():
@@ -195,7 +289,8 @@ class Lab:
             if dst and dst != "default" and ipaddress.IPv4Network(dst, strict=False).overlaps(self.subnet):
                 found.append(f"route {dst} via {route.get('dev', '?')}")
         if found:
-            raise LabError(f"lab {self.index} ({self.subnet}) cannot be created, these exist already: {', '.join(found)}. "
+            raise LabError(f"lab {self.index} ({self.subnet}) cannot be created, these exist already: {', '.join(found)}"
+                           f"{held_by(self.dir / 'lab.json')}. "
                            f"If a previous run left them: python tests/lab/netns.py destroy --index {self.index}; "
                            "else choose another --index")
 
@@ -303,7 +398,8 @@ class Lab:
                                f"stdout {out.stdout.strip()!r}, stderr {out.stderr.strip()[-500:]!r}")
 
     def _save(self) -> None:
-        state = {"index": self.index, "owner": self.owner, "subnet": str(self.subnet), "bridge": self.bridge, "dir": str(self.dir),
+        state = {"index": self.index, "owner": self.owner, "holder": holder_record(self.holder) if self.holder else None,
+                 "subnet": str(self.subnet), "bridge": self.bridge, "dir": str(self.dir),
                  "key": str(self.key), "known_hosts": str(self.known_hosts),
                  "hosts": {h: {"address": a, "netns": self.netns(h),
                                "sshd_pid": self._sshd[h].pid if h in self._sshd else None}
@@ -447,13 +543,18 @@ def main(argv: list[str] | None = None) -> int:
     destroy = sub.add_parser("destroy", help="remove everything of the lab")
     for p in (create, destroy):
         p.add_argument("--owner", default="", help="who creates / may destroy the lab (destroy: only a lab of this owner)")
+    create.add_argument("--holder", default="", metavar="PID|NAME",
+                        help="the process whose end makes the lab a leftover that a later create removes: a PID, or "
+                             "the nearest ancestor of this command named NAME (e.g. molecule); default: none, the "
+                             "lab is never removed by a later create")
     sub.add_parser("leftovers", help="list what is left of the lab")
     for p in sub.choices.values():
         p.add_argument("--index", type=int, required=True, help="the lab's number: subnet 10.244.INDEX.0/24")
     args = parser.parse_args(argv)
     try:
         if args.action == "create":
-            lab = Lab(args.index, dict(args.host), owner=args.owner)
+            lab = Lab(args.index, dict(args.host), owner=args.owner,
+                      holder=find_holder(args.holder) if args.holder else None)
             lab.create()
             atexit.unregister(lab.destroy)  # the lab outlives this command; `destroy` removes it
             print(json.dumps({"index": lab.index, "dir": str(lab.dir),

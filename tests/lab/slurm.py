@@ -25,7 +25,9 @@ after a crash: it cancels the lab's jobs and waits for them, ends every process
 left in the nodes' namespaces by PID (``ip netns pids``), deletes the
 namespaces, veths and bridge, stops slurmctld and munged by the PIDs recorded
 in lab.json (each checked to still be that daemon) and removes the directory.
-``create`` refuses to start when any of those exists already.
+``create`` refuses to start when any of those exists already, unless the lab's
+holder has ended (a run killed before its teardown): then it removes the left
+lab first, as tests/lab/netns.py does.
 
 Needs root, iproute2, util-linux (``nsenter``, ``unshare``, ``setpriv``) and
 Debian's ``slurmctld slurmd slurm-client munge``.
@@ -49,10 +51,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__:
-    from tests.lab.netns import LabError, _alive, _link_names, _netns_names, netns_pids
+    from tests.lab.netns import (
+        LabError,
+        _alive,
+        _link_names,
+        _netns_names,
+        find_holder,
+        held_by,
+        holder_record,
+        netns_pids,
+        reclaim_if_holder_ended,
+    )
     from tests.lab.netns import _run as _lab_run
 else:  # run as a script (python tests/lab/slurm.py): its own directory is on the path
-    from netns import LabError, _alive, _link_names, _netns_names, netns_pids
+    from netns import (
+        LabError,
+        _alive,
+        _link_names,
+        _netns_names,
+        find_holder,
+        held_by,
+        holder_record,
+        netns_pids,
+        reclaim_if_holder_ended,
+    )
     from netns import _run as _lab_run
 
 TOOLS = ("ip", "nsenter", "unshare", "setpriv", "munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue",
@@ -101,6 +123,9 @@ class SlurmLab:
     cpus: int = 4
     owner: str = ""
     kill_wait: int = 30
+    # The PID whose end makes the lab a leftover that a later create removes (tests/lab/netns.py's doc): by
+    # default the process that makes the SlurmLab; None records none.
+    holder: int | None = field(default_factory=os.getpid)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -198,6 +223,7 @@ class SlurmLab:
             pwd.getpwnam("munge")
         except KeyError:
             raise SlurmLabError("no user `munge`: install the munge package (apt-get install munge)") from None
+        reclaim_if_holder_ended(self.dir / "lab.json", f"slurm lab {self.index}", lambda: SlurmLab(self.index).destroy())
         found = [f"namespace {n}" for n in _netns_names() if n.startswith(self.ns_prefix)]
         found += [f"link {n}" for n in _link_names() if n == self.bridge or n.startswith(self.veth_prefix)]
         if self.dir.exists():
@@ -207,7 +233,8 @@ class SlurmLab:
                 if ipaddress.IPv4Address(info["local"]) in self.subnet:
                     found.append(f"address {info['local']} on {entry['ifname']}")
         if found:
-            raise SlurmLabError(f"slurm lab {self.index} cannot be created, these exist already: {', '.join(found)}. "
+            raise SlurmLabError(f"slurm lab {self.index} cannot be created, these exist already: {', '.join(found)}"
+                                f"{held_by(self.dir / 'lab.json')}. "
                                 f"If a previous run left them: python tests/lab/slurm.py destroy --index {self.index}; "
                                 "else choose another --index")
 
@@ -346,7 +373,8 @@ class SlurmLab:
         return "\n".join(lines) + "\n"
 
     def _save(self) -> None:
-        state = {"index": self.index, "owner": self.owner, "dir": str(self.dir), "conf": str(self.conf),
+        state = {"index": self.index, "owner": self.owner,
+                 "holder": holder_record(self.holder) if self.holder else None, "dir": str(self.dir), "conf": str(self.conf),
                  "bridge": self.bridge, "subnet": str(self.subnet),
                  "nodes": {n: {"address": self.node_address(n), "netns": self.netns(n)} for n in self.node_names()},
                  "pids": {name: p.pid for name, p in self._procs.items()}}
@@ -463,13 +491,17 @@ def main(argv: list[str] | None = None) -> int:
     destroy = sub.add_parser("destroy", help="cancel the lab's jobs, stop its daemons, remove everything")
     for p in (create, destroy):
         p.add_argument("--owner", default="", help="who creates / may destroy the lab (destroy: only a lab of this owner)")
+    create.add_argument("--holder", default="", metavar="PID|NAME",
+                        help="the process whose end makes the lab a leftover that a later create removes: a PID, or "
+                             "the nearest ancestor of this command named NAME; default: none")
     sub.add_parser("leftovers", help="list what is left of the lab")
     for p in sub.choices.values():
         p.add_argument("--index", type=int, required=True, help="the lab's number: subnet 10.245.INDEX.0/24")
     args = parser.parse_args(argv)
     try:
         if args.action == "create":
-            lab = SlurmLab(args.index, nodes=args.nodes, cpus=args.cpus, owner=args.owner).create()
+            lab = SlurmLab(args.index, nodes=args.nodes, cpus=args.cpus, owner=args.owner,
+                           holder=find_holder(args.holder) if args.holder else None).create()
             atexit.unregister(lab.destroy)  # the lab outlives this command; `destroy` removes it
             print(json.dumps({"index": lab.index, "dir": str(lab.dir), "SLURM_CONF": str(lab.conf),
                               "nodes": {n: lab.node_address(n) for n in lab.node_names()}}, indent=2))
