@@ -111,8 +111,10 @@ class Trainer:
         self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.evaluate)
         if cfg.sft_warmup_steps:
             self.warmup()
-        if cfg.load_checkpoint:
-            self._resume()
+        resumed = bool(cfg.load_checkpoint) and self._resume()
+        note = self.metrics.begin(self.step_no if resumed else None)  # one run's steps, once each
+        if note:
+            print(note, flush=True)
 
     def _group(self, worker_cls: type, group: GroupPlan) -> ActorGroup:
         """An actor group as the plan places it (in the policy's placement group when colocated)."""
@@ -363,13 +365,14 @@ class Trainer:
         """The groups a checkpoint holds, by name (the reference model is rebuilt: --pretrain, the warm-up)."""
         return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
 
-    def _resume(self) -> None:
+    def _resume(self) -> bool:
         """Continue from the newest complete checkpoint in --ckpt_path (torn ones are named and skipped), on
-        this run's placement: a group saved by another number of ranks loads DeepSpeed's universal checkpoint."""
+        this run's placement: a group saved by another number of ranks loads DeepSpeed's universal checkpoint.
+        False: there was none, the run starts fresh."""
         found = checkpoint.newest(Path(self.cfg.ckpt_path))
         if found is None:
             print(f"no complete checkpoint in {self.cfg.ckpt_path}; starting fresh", flush=True)
-            return
+            return False
         client = checkpoint.load(found, self._checkpointed(), universal=self.cfg.use_ds_universal_ckpt)
         self.step_no = client["step"]
         self.opt_step = client.get("opt_step", 0)
@@ -379,6 +382,7 @@ class Trainer:
             self.norm.load_state_dict(client["norm"])
         self.sync_weights()
         print(f"resumed from {found.path} (step {self.step_no})", flush=True)
+        return True
 
     # --- run -----------------------------------------------------------------------------------------
 

@@ -64,9 +64,7 @@ class MetricsLogger:
     def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print,
                  wandb: WandbLogger | None = None):
         self.jsonl = None
-        if jsonl_path:
-            Path(jsonl_path).parent.mkdir(parents=True, exist_ok=True)
-            self.jsonl = open(jsonl_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.jsonl_path = Path(jsonl_path) if jsonl_path else None
         self.tb = None
         if tensorboard_dir:
             try:
@@ -80,6 +78,8 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, "time": time.time(), **{k: float(v) for k, v in metrics.items()}}
+        if self.jsonl_path and self.jsonl is None:
+            self.begin(None)
         if self.jsonl:
             self.jsonl.write(json.dumps(row) + "\n")
             self.jsonl.flush()
@@ -92,6 +92,42 @@ class MetricsLogger:
         timing = " ".join(f"{k[7:]}={v:.2f}s" for k, v in sorted(metrics.items()) if k.startswith("timing/"))
         self.print(f"step {step}: {shown} | {timing}", flush=True)
         self.print(f"{METRICS_TAG} {json.dumps(row)}", flush=True)
+
+    def begin(self, resumed_step: int | None) -> str | None:
+        """Open the JSON-lines file, so that it holds one run's steps once each. A run resumed from the
+        checkpoint of step k runs steps after k again: the file's rows of those steps (written after that
+        checkpoint, before the run stopped) move to ``<file>.replaced``. A fresh run (None) finds an earlier
+        run's file and renames it ``<file>.<n>`` (the first n free). Returns a line saying what moved, or None.
+        Lines that are not rows of this logger stay where they are."""
+        if self.jsonl_path is None or self.jsonl is not None:
+            return None
+        path, note = self.jsonl_path, None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size:
+            if resumed_step is None:
+                n = 1
+                while path.with_name(f"{path.name}.{n}").exists():
+                    n += 1
+                path.rename(path.with_name(f"{path.name}.{n}"))
+                note = f"metrics: {path} held an earlier run's rows; it is now {path.name}.{n}"
+            else:
+                keep, replaced = [], []
+                for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+                    try:
+                        step = json.loads(line).get("step")
+                    except (ValueError, AttributeError):
+                        step = None
+                    (replaced if isinstance(step, int) and step > resumed_step else keep).append(line)
+                if replaced:
+                    with open(path.with_name(path.name + ".replaced"), "a", encoding="utf-8") as out:
+                        out.writelines(replaced)
+                    tmp = path.with_name(path.name + ".tmp")
+                    tmp.write_text("".join(keep), encoding="utf-8")
+                    tmp.replace(path)
+                    note = (f"metrics: {len(replaced)} rows of steps after {resumed_step} (run again now) moved "
+                            f"from {path} to {path.name}.replaced")
+        self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        return note
 
     def plan(self, **info: Any) -> None:
         """Announce the run's shape (``total_steps`` at least) for progress displays."""

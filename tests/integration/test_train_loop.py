@@ -199,10 +199,15 @@ def test_packed_samples_train_like_the_padded_run(runs, uninterrupted):
     assert 0 < mine["tokens/forward_slots"] < theirs["tokens/forward_slots"]
 
 
-def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted):
+def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted, tmp):
+    """The killed run logged steps 1-4 and checkpointed step 2: the resumed run runs 3 and 4 again, and its rows
+    replace the killed run's (moved aside, not lost), so metrics.jsonl holds each step once."""
     rows, output, _, _ = runs["resumed"]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 3, 4]  # the killed run's four, then the resumed run's two
-    for mine, theirs in zip(rows[4:], uninterrupted[2:], strict=True):
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    replaced = tmp / "b" / "metrics.jsonl.replaced"
+    assert [json.loads(line)["step"] for line in replaced.read_text().splitlines()] == [3, 4]
+    assert f"metrics: 2 rows of steps after 2 (run again now) moved from {tmp / 'b' / 'metrics.jsonl'}" in output
+    for mine, theirs in zip(rows[2:], uninterrupted[2:], strict=True):
         for key in ("reward/mean", "loss/policy", "kl/mean", "response_length/mean"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (mine["step"], key)
 

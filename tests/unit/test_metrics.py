@@ -93,3 +93,58 @@ def _records(path):
         record.ParseFromString(data)
         records.append((record.WhichOneof("record_type"), record))
     return records
+
+
+def _rows(path):
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def _quiet(s, flush=True):
+    pass
+
+
+def test_a_resumed_run_replaces_the_rows_of_the_steps_it_runs_again(tmp_path):
+    # The first run logged steps 1-5, its newest checkpoint is step 3, then it was killed.
+    path = tmp_path / "metrics.jsonl"
+    first = MetricsLogger(str(path), print_fn=_quiet)
+    for step in range(1, 6):
+        first.log(step, {"reward/mean": step / 10})
+    first.close()
+    path.write_text(path.read_text() + "not a row of ours\n")
+    resumed = MetricsLogger(str(path), print_fn=_quiet)
+    note = resumed.begin(3)
+    assert note == f"metrics: 2 rows of steps after 3 (run again now) moved from {path} to metrics.jsonl.replaced"
+    for step in (4, 5, 6):
+        resumed.log(step, {"reward/mean": 1.0})
+    resumed.close()
+    assert _rows(path.with_name("metrics.jsonl.replaced")) == [4, 5]
+    lines = path.read_text().splitlines()
+    assert "not a row of ours" in lines
+    assert [json.loads(line)["step"] for line in lines if line.startswith("{")] == [1, 2, 3, 4, 5, 6]
+    assert all(json.loads(line)["reward/mean"] == 1.0 for line in lines if line.startswith("{") and
+               json.loads(line)["step"] > 3)
+
+
+def test_a_fresh_run_sets_an_earlier_runs_file_aside(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for run in range(3):
+        logger = MetricsLogger(str(path), print_fn=_quiet)
+        note = logger.begin(None)
+        assert note == (None if run == 0 else f"metrics: {path} held an earlier run's rows; it is now metrics.jsonl.{run}")
+        logger.log(1, {"run": run})
+        logger.close()
+    assert json.loads(path.read_text())["run"] == 2
+    assert json.loads(path.with_name("metrics.jsonl.1").read_text())["run"] == 0
+    assert json.loads(path.with_name("metrics.jsonl.2").read_text())["run"] == 1
+
+
+def test_resuming_with_nothing_to_replace_changes_nothing(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    first = MetricsLogger(str(path), print_fn=_quiet)
+    first.log(1, {"x": 1})
+    first.close()
+    before = path.read_text()
+    again = MetricsLogger(str(path), print_fn=_quiet)
+    assert again.begin(1) is None
+    again.close()
+    assert path.read_text() == before and not path.with_name("metrics.jsonl.replaced").exists()

@@ -287,7 +287,7 @@ OWN_FLAGS: dict[str, str] = {
     "critic_lr_warmup_ratio": "the critic's LR warm-up (verl's critic.optim.lr_warmup_steps_ratio)",
     "dual_clip": "dual-clip PPO (OpenRLHF >= 0.8.9)",
     "rloo_whiten": "whiten rloo advantages over the batch (OpenRLHF <= 0.8.4) or not (>= 0.8.5)",
-    "metrics_path": "also append metrics as JSON lines to this file",
+    "metrics_path": "metrics as JSON lines in this file (default <save_path>/metrics.jsonl), one row per step",
     "retriever_url": "multi-turn search rollouts against this retrieval service (Search-R1's retriever.url)",
     "max_turns": "most searches per sample (Search-R1's max_turns)",
     "retriever_topk": "passages per search (Search-R1's retriever.topk)",

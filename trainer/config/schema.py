@@ -402,7 +402,9 @@ class TrainerConfig:
     wandb_project: str = flag("openrlhf_train_ppo", "W&B project.", group=L)
     wandb_run_name: str | None = flag(None, "W&B run name (default: ppo_<timestamp>).", group=L)
     metrics_path: str | None = flag(
-        None, "Also append metrics as JSON lines to this file.", group=L, metavar="PATH"
+        None, "Write metrics as JSON lines to this file (default <save_path>/metrics.jsonl): a resumed run "
+        "moves the rows of the steps it runs again to <file>.replaced; a fresh run renames an earlier run's "
+        "file <file>.<n>.", group=L, metavar="PATH"
     )
 
     # --- derived (computed by validation; not flags) -----------------------------------------------------
