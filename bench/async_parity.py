@@ -8,7 +8,8 @@ It prints each run's reward curve and the steps each took to first reach the tar
 than the synchronous run. Wall time per run is printed too: on 2 cores the engine and the trainer share the
 CPUs, so overlap buys little time here (the GPU runs measure that).
 
-    python bench/async_parity.py [--steps 128] [--target 0.85] [--window 16]
+    python bench/async_parity.py [--steps 128] [--target 0.85] [--window 16] [--set seed=7]
+        [--async-set is_correction=icepop] [--sync-reached STEP]
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="a JSON summary here")
     p.add_argument("--async-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a flag of the async run only (e.g. is_correction=icepop), as rlrun's --set")
+    p.add_argument("--set", dest="both_set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a flag of both runs (e.g. seed=7: the spread between seeds), as rlrun's --set")
     p.add_argument("--sync-reached", type=int, default=None,
                    help="the synchronous run's step (from an earlier run of this bench): skip that run")
     args = p.parse_args(argv)
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         metrics = work / f"{preset}.jsonl"
         t0 = time.monotonic()
-        sets = args.async_set if preset.endswith("async") else []
+        sets = [*args.both_set, *(args.async_set if preset.endswith("async") else [])]
         done = subprocess.run(command(preset, work, args.steps, metrics, sets), cwd=PROJECT, env=env,
                               capture_output=True, text=True)
         secs = time.monotonic() - t0
