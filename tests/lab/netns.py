@@ -84,15 +84,23 @@ def _link_names() -> list[str]:
     return [link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]).stdout or "[]")]
 
 
-def reclaim_if_holder_ended(state_file: Path, what: str, destroy) -> list[str]:
-    """If `state_file` records a holder that has ended, call `destroy` (removes the left lab) and say so on
-    stderr; returns what was removed. Nothing happens when the holder still runs or no holder is recorded."""
+def _recorded(state_file: Path) -> tuple[dict, dict | None]:
+    """A lab's lab.json and the holder it records (None: no readable record, or no holder in it)."""
     try:
         recorded = json.loads(state_file.read_text())
     except (OSError, ValueError):
-        return []
-    holder = recorded.get("holder") if isinstance(recorded, dict) else None
-    if not isinstance(holder, dict) or holder_alive(holder):
+        return {}, None
+    if not isinstance(recorded, dict):
+        return {}, None
+    holder = recorded.get("holder")
+    return recorded, holder if isinstance(holder, dict) else None
+
+
+def reclaim_if_holder_ended(state_file: Path, what: str, destroy) -> list[str]:
+    """If `state_file` records a holder that has ended, call `destroy` (removes the left lab) and say so on
+    stderr; returns what was removed. Nothing happens when the holder still runs or no holder is recorded."""
+    recorded, holder = _recorded(state_file)
+    if holder is None or holder_alive(holder):
         return []
     removed = destroy()
     print(f"{what}: its holder (pid {holder.get('pid')}: {holder.get('cmd') or '?'}; owner "
@@ -103,11 +111,8 @@ def reclaim_if_holder_ended(state_file: Path, what: str, destroy) -> list[str]:
 
 def held_by(state_file: Path) -> str:
     """'; held by ...' naming the recorded holder that still runs, or '' (for create's refusal)."""
-    try:
-        holder = json.loads(state_file.read_text()).get("holder")
-    except (OSError, ValueError, AttributeError):
-        return ""
-    if isinstance(holder, dict) and holder_alive(holder):
+    _, holder = _recorded(state_file)
+    if holder is not None and holder_alive(holder):
         return f"; held by pid {holder['pid']} ({holder.get('cmd') or '?'}), which still runs"
     return ""
 
@@ -118,25 +123,23 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
 
 
+def _stat(pid: int, field: int) -> int | None:
+    """Field `field` (1-based, as proc(5) counts them; 4 and up) of /proc/PID/stat, or None."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[field - 3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): with the PID, it names one
-    process, also after the PID is reused."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    """The process's start time (clock ticks after boot, field 22): with the PID, it names one process, also
+    after the PID is reused."""
+    return _stat(pid, 22)
 
 
 def holder_record(pid: int) -> dict:
     """What lab.json keeps of a lab's holder: PID, start time and command line."""
-    return {"pid": pid, "start": _start_time(pid), "cmd": _cmdline(pid)}
+    return {"pid": pid, "start": _start_time(pid), "cmd": _cmdline(pid)[:200]}
 
 
 def holder_alive(record: dict) -> bool:
@@ -162,14 +165,14 @@ def find_holder(spec: str) -> int:
         names = {Path(a.decode(errors="replace")).name for a in argv[:3] if a and a != b"-m"}
         if spec in names:
             return pid
-        pid = _parent(pid)
+        pid = _stat(pid, 4)  # the parent
     raise LabError(f"--holder {spec!r}: no process named {spec!r} among this command's ancestors; expected a PID "
                    "or the name of the program that runs the lab's user (e.g. molecule)")
 
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
 

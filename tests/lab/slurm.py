@@ -51,31 +51,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__:
-    from tests.lab.netns import (
-        LabError,
-        _alive,
-        _link_names,
-        _netns_names,
-        find_holder,
-        held_by,
-        holder_record,
-        netns_pids,
-        reclaim_if_holder_ended,
-    )
-    from tests.lab.netns import _run as _lab_run
+    from tests.lab import netns
 else:  # run as a script (python tests/lab/slurm.py): its own directory is on the path
-    from netns import (
-        LabError,
-        _alive,
-        _link_names,
-        _netns_names,
-        find_holder,
-        held_by,
-        holder_record,
-        netns_pids,
-        reclaim_if_holder_ended,
-    )
-    from netns import _run as _lab_run
+    import netns
+
+LabError, netns_pids, _alive, _cmdline = netns.LabError, netns.netns_pids, netns._alive, netns._cmdline
+_link_names, _netns_names, _lab_run = netns._link_names, netns._netns_names, netns._run
+find_holder, held_by, holder_record = netns.find_holder, netns.held_by, netns.holder_record
+reclaim_if_holder_ended = netns.reclaim_if_holder_ended
 
 TOOLS = ("ip", "nsenter", "unshare", "setpriv", "munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue",
          "scontrol", "scancel", "sinfo")
@@ -87,13 +70,6 @@ class SlurmLabError(LabError):
 
 def _run(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
     return _lab_run(argv, check, error=SlurmLabError, **kw)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def end_pids(pids: list[int], grace: float = 10.0) -> list[int]:
