@@ -25,7 +25,7 @@ from rlrun.dashboard import list_nodes, reward_health
 from rlrun.jobs import excluded
 from rlrun.probe import run_probe
 from trainer.config import TrainerConfig
-from trainer.placement import Request, plan
+from trainer.placement import Request, engine_groups_problem, plan
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -110,10 +110,11 @@ def _fits(free: list[float], req: Request) -> int:
     return min(counts) if counts else req.count
 
 
-def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
+def place(nodes: tuple[NodeView, ...], reqs: list[Request], placed: dict[str, dict[str, int]] | None = None) -> list[str]:
     """Place the placement groups node by node, as Ray does: PACK groups onto the emptiest nodes first (their
     bundles may spread), STRICT_PACK groups (an engine's TP workers) whole onto one node; the problems name
-    what did not fit and what was free."""
+    what did not fit and what was free. ``placed`` (if given) gets each placed group's bundles per node, by
+    the group's name, in the order they were taken."""
     free = {n.ip: [n.cpus, n.gpus] for n in nodes}
     problems = []
 
@@ -134,6 +135,8 @@ def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
                 continue
             free[ip][0] -= req.count * req.cpu
             free[ip][1] -= req.count * req.gpu
+            if placed is not None:
+                placed[req.group] = {ip: req.count}
             continue
         taken, left = {}, req.count
         for ip in order:
@@ -147,12 +150,15 @@ def place(nodes: tuple[NodeView, ...], reqs: list[Request]) -> list[str]:
         for ip, n in taken.items():
             free[ip][0] -= n * req.cpu
             free[ip][1] -= n * req.gpu
+        if placed is not None:
+            placed[req.group] = taken
     return problems
 
 
 def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
     gpus = uses_gpus(view, expects_gpus)
-    the_plan = plan(cfg, gpus)
+    max_node_gpus = max((n.gpus for n in view.nodes), default=0)
+    the_plan = plan(cfg, gpus, max_node_gpus if gpus else None)
     reqs = the_plan.requests()
     need_cpu = sum(r.count * r.cpu for r in reqs)
     need_gpu = sum(r.count * r.gpu for r in reqs)
@@ -171,12 +177,6 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
         report.problems.append(f"not enough CPUs: {cpu_text} = {need_cpu:g} CPUs of Ray resources needed "
                                f"(a rank or engine takes {reqs[0].cpu:g}), the cluster has {view.cpus:g} "
                                f"({view.describe()})")
-    max_node_gpus = max((n.gpus for n in view.nodes), default=0)
-    if gpus and cfg.rollout_backend == "vllm" and cfg.vllm_tensor_parallel_size > max_node_gpus:
-        totals_ok = False
-        report.problems.append(f"a vLLM engine runs on one node: --vllm_tensor_parallel_size "
-                               f"{cfg.vllm_tensor_parallel_size} needs {cfg.vllm_tensor_parallel_size} GPUs "
-                               f"on one node, the largest node has {max_node_gpus:g}")
     # what each engine process asks of its bundle (vLLM's TP workers included): the job's own asks
     engine_asks = [a for a in the_plan.asks() if "engine" in a.who]
     if gpus and engine_asks:
@@ -185,7 +185,11 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
                             + (f" (x{the_plan.engines.count} engines)" if the_plan.engines.count > 1 else ""))
     report.problems += [f"placement plan: {p}" for p in the_plan.overcommitted()]
     if totals_ok:
-        report.problems += place(view.nodes, reqs)
+        placed: dict[str, dict[str, int]] = {}
+        problems = place(view.nodes, reqs, placed)
+        report.problems += problems
+        if gpus and not problems:
+            _check_engine_span(the_plan, placed, max_node_gpus, report)
     if gpus:
         layout = [(role, getattr(cfg, f"{role}_num_nodes"), getattr(cfg, f"{role}_num_gpus_per_node"))
                   for role, present in (("actor", True), ("ref", cfg.needs_ref), ("critic", cfg.needs_critic))
@@ -195,6 +199,29 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
                 report.notes.append(f"--{role}_num_nodes {nodes} x --{role}_num_gpus_per_node {per}: the cluster "
                                     f"has {len(view.nodes)} nodes of at most {max_node_gpus:g} GPUs; the trainer "
                                     "packs ranks onto nodes (Ray PACK), so the layout will differ")
+
+
+def _check_engine_span(the_plan, placed: dict[str, dict[str, int]], max_node_gpus: float, report: Report) -> None:
+    """Engines wider than a node: colocated ones must form their TP groups on the actor's bundles as the
+    trainer will (:func:`trainer.placement.engine_groups_problem`, on the placement just simulated); an engine
+    that spans nodes is noted (its all-reduces cross the network)."""
+    e = the_plan.engines
+    if e.backend != "vllm" or e.tp <= 1:
+        return
+    if e.colocated:
+        per_node = placed.get("policy", {})
+        problem = engine_groups_problem(list(per_node.values()), e.tp)
+        if problem:
+            where = " + ".join(f"{n} on {ip}" for ip, n in per_node.items())
+            report.problems.append(f"vLLM engines of TP {e.tp} on the actor's GPUs: the actor's ranks would land "
+                                   f"{where}; {problem}")
+            return
+        wide = any(n % e.tp for n in per_node.values())
+    else:
+        wide = e.spans_nodes
+    if wide:
+        report.notes.append(f"each vLLM engine of TP {e.tp} spans nodes (the largest node has {max_node_gpus:g} "
+                            "GPUs): its tensor-parallel all-reduces cross the network between them")
 
 
 # --- reward service and paths -----------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 the placement plan, :mod:`trainer.placement`), start-up deadlines, and the calls a step makes on every engine
 (generate, multi-turn generate, sleep, wake).
 
-- Engines on devices of their own reserve one STRICT_PACK placement group each (the plan's ``engine-<i>``)
+- Engines on devices of their own reserve one placement group each (the plan's ``engine-<i>``: STRICT_PACK,
+  or PACK over nodes for an engine wider than any node)
   once every model group has reserved its own, so they never take a device a model group needs; they start
   at once and come up while the models load.
 - Colocated engines live on the policy's bundles. With TP > 1 vLLM's Ray executor starts a worker per bundle
   (``VLLM_RAY_BUNDLE_INDICES``) asking ``VLLM_RAY_PER_WORKER_GPUS`` of it: both come from the plan, and the
-  bundles are regrouped by node once Ray has placed the policy (a TP group never spans two nodes).
+  bundles are regrouped by node once Ray has placed the policy (a TP group lies on one node or takes whole
+  nodes: :func:`trainer.placement.engine_bundle_groups`).
 - :meth:`Engines.wait_ready` waits for every engine within ``--engine_start_timeout``; a pending vLLM worker
   (an ask no bundle can hold) ends the job with one line naming it (:mod:`trainer.deadlines`).
 - Faults: every call on the engines has a deadline (``--generate_timeout``); an engine that dies or misses it
@@ -169,9 +171,9 @@ class Engines:
         groups = {pg.name: pg for pg in plan.placement_groups()}
         bundle_sets = [ep.bundles(i) for i in range(ep.count)]
         if ep.colocated and ep.tp > 1 and policy_bundle_nodes:
-            from trainer.placement import node_local_bundles
+            from trainer.placement import engine_bundle_groups
 
-            bundle_sets = node_local_bundles(policy_bundle_nodes, ep.count, ep.tp)
+            bundle_sets = engine_bundle_groups(policy_bundle_nodes, ep.count, ep.tp)
         self._remote = ray.remote(engine_cls)
         self._options: list[dict[str, Any]] = []  # what each engine is started with (a replacement: the same)
         self.handles: list[Any] = []

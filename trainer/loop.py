@@ -61,7 +61,8 @@ class Trainer:
         print(f"data: {stats.as_dict()}", flush=True)
         self.reward = make_reward(cfg)
         use_gpus = ray.cluster_resources().get("GPU", 0) >= 1
-        self.plan = plan(cfg, use_gpus)  # the same plan rlrun's pre-submit check validated
+        node_gpus = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+        self.plan = plan(cfg, use_gpus, node_gpus)  # the same plan rlrun's pre-submit check validated
         # Every model group reserves its placement group first, in the plan's order, then the engines on devices
         # of their own reserve theirs: none can take a device another's placement needs.
         self.policy = self._group(ModelWorker, self.plan.group("policy"))
@@ -78,8 +79,9 @@ class Trainer:
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
                         grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
-                        adam_offload=cfg.adam_offload, gradient_checkpointing=cfg.gradient_checkpointing,
-                        l2=cfg.l2, max_norm=cfg.max_norm, **model_args)
+                        adam_offload=cfg.adam_offload, adam_offload_ratio=cfg.adam_offload_ratio,
+                        gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
+                        **model_args)
         if self.ref is not None:
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
                          **model_args)
@@ -87,6 +89,7 @@ class Trainer:
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
                             micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
+                            adam_offload_ratio=cfg.adam_offload_ratio,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                             seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
         if self.engines is None:

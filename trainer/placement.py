@@ -16,14 +16,21 @@ shapes); an ask larger than what is left of its bundle is what made TP > 1 engin
 - ``--colocate_all_models``: the reference and critic ranks join the policy's placement group, every model
   and every engine process takes a ``COLOCATED_GPU_SHARE`` of each GPU, and engine ``i`` sits on the policy's
   bundles ``i*TP .. i*TP+TP-1`` (the config's rule: engines x TP = actor GPUs; the trainer regroups them by
-  node once Ray has placed them, :func:`node_local_bundles`). With TP > 1 the engine actor itself takes
+  node once Ray has placed them, :func:`engine_bundle_groups`). With TP > 1 the engine actor itself takes
   nothing (its TP workers hold the GPU shares). Its weights arrive in place through shared buckets (CUDA IPC;
   ``/dev/shm`` without GPUs), since NCCL cannot pair two processes on one GPU.
 - ``--colocate_actor_ref``: only the reference joins the policy's placement group, each taking half a GPU.
-- Otherwise each engine reserves a STRICT_PACK placement group of its own: TP bundles of ``{GPU: 1, CPU: 1}``
-  on one node. With TP 1 the engine actor takes the bundle's GPU; with TP > 1 it takes the bundle's CPU and
-  its TP workers one GPU each. Weights come by a bucketed broadcast over a group of their own (NCCL on GPUs,
-  gloo without). The HF engine is one engine of TP 1 and takes safetensors bytes through Ray.
+- Otherwise each engine reserves a placement group of its own: TP bundles of ``{GPU: 1, CPU: 1}``, STRICT_PACK
+  (on one node) where a node has TP GPUs, PACK over several nodes where none has (``node_gpus``: an engine
+  wider than a node, seed 003's shape). With TP 1 the engine actor takes the bundle's GPU; with TP > 1 it
+  takes the bundle's CPU and its TP workers one GPU each. Weights come by a bucketed broadcast over a group
+  of their own (NCCL on GPUs, gloo without). The HF engine is one engine of TP 1 and takes safetensors bytes
+  through Ray.
+- Colocated engines with TP > 1 are regrouped once Ray has placed the policy (:func:`engine_bundle_groups`):
+  a TP group lies on one node, or takes whole nodes (TP 4 on two nodes of 2 GPUs: one engine across both,
+  its all-reduces over the network). A placement where neither holds (3 + 3 + 2 bundles with TP 4) is
+  refused, naming the TP sizes that would fit; rlrun's pre-submit check runs the same function on the
+  placement it expects (:func:`rlrun.jobcheck.check_placement`).
 - Without GPUs vLLM has no Ray executor: a TP > 1 engine runs its workers as its own processes (``mp``) and
   asks the CPUs of one bundle.
 """
@@ -107,6 +114,7 @@ class EnginePlan:
     worker_gpus: float  # what each TP worker asks of its bundle (vLLM's Ray executor); 0 without one
     executor: str | None  # vLLM's distributed_executor_backend: "ray" (TP > 1 on GPUs), "mp" (TP > 1 on CPUs)
     bundle_cpus: float = 0.0  # CPUs of an engine's own bundle (split placement)
+    spans_nodes: bool = False  # an engine of its own wider than any node: its group is PACK, not STRICT_PACK
 
     def bundles(self, i: int) -> list[int]:
         """The bundles engine ``i`` lives on: the policy's (colocated) or its own group's (one per TP worker
@@ -141,6 +149,7 @@ class Request:
     gpu: float
     bundles: bool = True  # kept for callers that told groups from single actors; every request is a group now
     strict: bool = False  # all bundles on one node (STRICT_PACK)
+    group: str = ""  # the PlacementGroupPlan's name ("policy", "engine-0", ...)
 
 
 @dataclass(frozen=True)
@@ -171,7 +180,8 @@ class Plan:
                 bundles = [{"CPU": e.bundle_cpus, "GPU": 1.0} if k == 0 else {"GPU": 1.0} for k in e.bundles(i)]
                 if not e.use_gpus:
                     bundles = [{"CPU": e.bundle_cpus}]
-                out.append(PlacementGroupPlan(e.placement_group(i), tuple(bundles), "STRICT_PACK"))
+                out.append(PlacementGroupPlan(e.placement_group(i), tuple(bundles),
+                                              "PACK" if e.spans_nodes else "STRICT_PACK"))
         return out
 
     def asks(self) -> list[Ask]:
@@ -203,7 +213,7 @@ class Plan:
                 g = self.group(pg.name)
                 what = f"{'actor' if pg.name == 'policy' else pg.name} {g.num_nodes} x {g.gpus_per_node}" if g else pg.name
             reqs.append(Request(what, len(pg.bundles), b.get("CPU", 0.0), b.get("GPU", 0.0), True,
-                                pg.strategy == "STRICT_PACK" and len(pg.bundles) > 1))
+                                pg.strategy == "STRICT_PACK" and len(pg.bundles) > 1, pg.name))
         return [r for r in reqs if r.count and (r.cpu or r.gpu)]
 
     def overcommitted(self) -> list[str]:
@@ -231,8 +241,10 @@ def process_cpus(use_gpus: bool) -> float:
     return 1.0 if use_gpus else CPU_ONLY_CPUS
 
 
-def plan(cfg: Any, use_gpus: bool) -> Plan:
-    """The placement of a validated TrainerConfig on a cluster with (``use_gpus``) or without GPUs."""
+def plan(cfg: Any, use_gpus: bool, node_gpus: float | None = None) -> Plan:
+    """The placement of a validated TrainerConfig on a cluster with (``use_gpus``) or without GPUs;
+    ``node_gpus``: the GPUs of the cluster's largest node, where known (an engine of its own wider than that
+    spreads over nodes; unknown: every engine is held to one node)."""
     colocated = bool(cfg.colocate_all_models)
     with_ref = bool(getattr(cfg, "colocate_actor_ref", False)) and not colocated  # policy + reference only
     share = COLOCATED_GPU_SHARE if colocated else ACTOR_REF_GPU_SHARE if with_ref else 1.0
@@ -258,28 +270,84 @@ def plan(cfg: Any, use_gpus: bool) -> Plan:
         else:
             engine = EnginePlan(cfg.rollout_backend, count, tp, True, use_gpus, gpu_share, 0.0, 0.0, executor)
     elif executor == "ray":
-        engine = EnginePlan(cfg.rollout_backend, count, tp, False, use_gpus, 0.0, cpus, 1.0, executor, cpus)
+        wide = node_gpus is not None and tp > node_gpus
+        engine = EnginePlan(cfg.rollout_backend, count, tp, False, use_gpus, 0.0, cpus, 1.0, executor, cpus, wide)
     else:  # TP 1 (the engine takes its bundle's GPU), or TP > 1 without GPUs (mp: one actor, one bundle)
         engine = EnginePlan(cfg.rollout_backend, count, tp, False, use_gpus, 1.0 if use_gpus else 0.0, cpus,
                             0.0, executor, cpus)
     return Plan(use_gpus, tuple(groups), engine, transport)
 
 
-def node_local_bundles(bundle_nodes: Sequence[str], count: int, tp: int) -> list[list[int]]:
-    """Colocated engines on a placed policy group: ``count`` groups of ``tp`` bundle indices, each group on
-    one node (``bundle_nodes[i]``: the node of bundle ``i``, as Ray placed it), in bundle order. A TP group
-    split over two nodes would run its all-reduces over the network; raises ValueError, naming the nodes'
-    bundle counts, where a node's bundles do not divide into groups of ``tp``."""
+def engine_bundle_groups(bundle_nodes: Sequence[str], count: int, tp: int) -> list[list[int]]:
+    """Colocated engines on a placed policy group: ``count`` groups of ``tp`` bundle indices (``bundle_nodes[i]``:
+    the node of bundle ``i``, as Ray placed it). Each group lies on one node where the node's bundles divide
+    into groups of ``tp``; otherwise it takes whole nodes, the nodes in the order of their first bundle (TP 4
+    over two nodes of 2 bundles: one engine on both). Raises ValueError, one line naming the nodes' bundle
+    counts and the TP sizes that would fit, where neither holds."""
     by_node: dict[str, list[int]] = {}
     for i, node in enumerate(bundle_nodes):
         by_node.setdefault(node, []).append(i)
-    odd = {node: len(b) for node, b in by_node.items() if len(b) % tp}
-    if odd:
-        raise ValueError(f"engines of TP {tp} on the policy's bundles: Ray placed "
-                         + ", ".join(f"{n} bundles on node {node}" for node, n in odd.items())
-                         + f", not a multiple of {tp}; set --actor_num_gpus_per_node to a multiple of the TP size")
-    groups = [b[k:k + tp] for b in sorted(by_node.values()) for k in range(0, len(b), tp)]
+    groups = _tp_groups(list(by_node.values()), tp)
+    if groups is None:
+        counts = ", ".join(f"{len(b)} on node {node}" for node, b in by_node.items())
+        raise ValueError(f"engines of TP {tp} on the policy's bundles: Ray placed them {counts}; "
+                         + tp_fit_text([len(b) for b in by_node.values()], tp))
     return sorted(groups)[:count]
+
+
+def _tp_groups(nodes: Sequence[Sequence[int]], tp: int) -> list[list[int]] | None:
+    """``nodes``' bundles (one list per node, in placement order) cut into groups of ``tp``, each on one node
+    or made of whole nodes; None where they cannot be."""
+    if tp < 1:
+        return None
+    local = [b for b in nodes if len(b) % tp == 0]  # nodes that hold whole engines of their own
+    groups = [list(b[k:k + tp]) for b in local for k in range(0, len(b), tp)]
+    partial: list[int] = []
+    for b in nodes:
+        if len(b) % tp == 0:
+            continue
+        if len(b) > tp:  # part of it would hold an engine, the rest share one with another node
+            return None
+        partial += b
+        if len(partial) == tp:
+            groups.append(partial)
+            partial = []
+        elif len(partial) > tp:
+            return None
+    return None if partial else groups
+
+
+def _numbered(node_bundles: Sequence[int]) -> list[list[int]]:
+    """Nodes holding ``node_bundles`` bundles each, as lists of consecutive bundle indices."""
+    out, first = [], 0
+    for n in node_bundles:
+        out.append(list(range(first, first + n)))
+        first += n
+    return out
+
+
+def tp_sizes_that_fit(node_bundles: Sequence[int]) -> list[int]:
+    """The TP sizes whose groups :func:`engine_bundle_groups` can form on nodes holding ``node_bundles``
+    bundles each (the divisors of their sum that cut them into whole-node or one-node groups)."""
+    total = sum(node_bundles)
+    return [t for t in range(1, total + 1) if total % t == 0 and _tp_groups(_numbered(node_bundles), t) is not None]
+
+
+def tp_fit_text(node_bundles: Sequence[int], tp: int) -> str:
+    """Why TP ``tp`` does not fit nodes of ``node_bundles`` bundles, and what would: the one line both the
+    trainer and rlrun's check end with."""
+    fits = tp_sizes_that_fit(node_bundles)
+    return (f"a TP group must lie on one node or take whole nodes, and {tp} does neither; TP sizes that fit "
+            f"this placement: {', '.join(map(str, fits))} (or place the actor so that each node holds a "
+            f"multiple of {tp} ranks)")
+
+
+def engine_groups_problem(node_bundles: Sequence[int], tp: int) -> str | None:
+    """None where engines of TP ``tp`` can be formed on nodes holding ``node_bundles`` policy bundles each;
+    else the one-line reason (what rlrun's check refuses before submit, as the trainer would after it)."""
+    if _tp_groups(_numbered(node_bundles), tp) is not None:
+        return None
+    return tp_fit_text(node_bundles, tp)
 
 
 def _resources_text(res: Mapping[str, float]) -> str:

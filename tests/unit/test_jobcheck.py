@@ -28,7 +28,7 @@ def flat(report) -> str:
     return "\n".join(report.lines + report.problems + report.notes)
 
 
-@pytest.mark.parametrize("name", ["1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "tiny-ppo", "tiny-rloo"])
+@pytest.mark.parametrize("name", ["1.5b-grpo", "32b-rloo", "32b-rloo-1node", "7b-ppo", "qwen2-7b-ppo", "tiny-ppo", "tiny-rloo"])
 def test_every_preset_fits_a_two_by_eight_gpu_cluster(name):
     cfg, gpus = job(name)
     report = check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=gpus)
@@ -45,6 +45,15 @@ def test_32b_rloo_on_the_one_machine_cluster_is_refused_with_the_gpu_arithmetic(
         "GPUs: --colocate_all_models) = 8 GPUs needed, the cluster has 0 (1 node (127.0.0.2 (head): 0 GPUs 2 CPUs))")
     # Colocated engines live on the actor's bundles (trainer.placement): only the actor's CPUs count.
     assert report.problems[1].startswith("not enough CPUs: actor 2 x 4: 8 x 1 = 8 CPUs")
+
+
+def test_the_one_node_32b_variant_fits_one_node_of_four_gpus_and_its_engine_spans_them():
+    cfg, gpus = job("32b-rloo-1node")
+    report = check(cfg, healthy((NodeView("10.0.0.5", 64, 4, True),)), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert "GPUs: actor 1 x 4 = 4 (with reference 1 x 4 = 4, vLLM 1 engines x TP 4 = 4 on the actor's GPUs: " \
+           "--colocate_all_models); needs 4, the cluster has 4" in report.lines
+    assert not any("spans nodes" in n for n in report.notes)
 
 
 def test_colocation_fits_one_node_of_eight_with_a_note_on_the_layout():
@@ -74,12 +83,35 @@ def test_enough_gpus_in_total_but_an_engine_does_not_fit_on_one_node():
         "then: 10.0.0.5: 2 GPUs 58 CPUs, 10.0.0.4: 2 GPUs 58 CPUs"]
 
 
-def test_an_engine_wider_than_any_node_is_refused():
+def test_an_engine_wider_than_any_node_spans_whole_nodes_with_a_note():
+    # seed 003 in small: 2 engines of TP 8 on the actor's 16 GPUs over four nodes of 4, each engine on two nodes
     cfg, gpus = job("1.5b-grpo", "vllm_num_engines=2", "vllm_tensor_parallel_size=8")
     nodes = tuple(NodeView(f"10.0.0.{i}", 32, 4) for i in range(4))
     report = check(cfg, healthy(nodes), expects_gpus=gpus)
-    assert report.problems == ["a vLLM engine runs on one node: --vllm_tensor_parallel_size 8 needs 8 GPUs on one "
-                               "node, the largest node has 4"]
+    assert report.ok, report.problems
+    assert ("each vLLM engine of TP 8 spans nodes (the largest node has 4 GPUs): its tensor-parallel all-reduces "
+            "cross the network between them") in report.notes
+
+
+def test_the_miniature_cross_node_engine_is_accepted():
+    # the two-node miniature of bench/gpu/miniature (2 x 2 GPUs), one engine of TP 4 over both
+    cfg, gpus = job("32b-rloo", "actor_num_gpus_per_node=2", "ref_num_gpus_per_node=2", "vllm_num_engines=1",
+                    "rollout_batch_size=16", "micro_train_batch_size=8")
+    report = check(cfg, healthy((NodeView("127.0.0.7", 8, 2, True), NodeView("127.0.0.8", 8, 2))), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert any(n.startswith("each vLLM engine of TP 4 spans nodes") for n in report.notes)
+
+
+def test_a_tp_size_that_cannot_be_placed_is_refused_before_submit_in_one_line():
+    # the actor's 6 ranks land 3 + 3 on two nodes of 3 GPUs: TP 2 groups would straddle a node, TP 6 would not
+    cfg, gpus = job("32b-rloo", "actor_num_gpus_per_node=3", "ref_num_gpus_per_node=3", "vllm_num_engines=3",
+                    "vllm_tensor_parallel_size=2", "rollout_batch_size=12", "train_batch_size=48",
+                    "micro_train_batch_size=2", "micro_rollout_batch_size=4")
+    report = check(cfg, healthy((NodeView("10.0.0.5", 8, 3, True), NodeView("10.0.0.4", 8, 3))), expects_gpus=gpus)
+    assert report.problems == [
+        "vLLM engines of TP 2 on the actor's GPUs: the actor's ranks would land 3 on 10.0.0.5 + 3 on 10.0.0.4; a TP "
+        "group must lie on one node or take whole nodes, and 2 does neither; TP sizes that fit this placement: 1, "
+        "3, 6 (or place the actor so that each node holds a multiple of 2 ranks)"]
 
 
 def test_a_group_that_fits_in_total_but_not_in_free_bundles_is_refused():

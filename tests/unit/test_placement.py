@@ -34,7 +34,7 @@ def test_32b_rloo_colocates_everything_on_the_actors_gpus_and_syncs_in_place():
     assert e.env(e.bundles(1)) == {"VLLM_RAY_BUNDLE_INDICES": "4,5,6,7", "VLLM_RAY_PER_WORKER_GPUS": "0.25"}
     assert p.weight_transport == "shared"
     # Only the policy's placement group is asked of Ray: everything else lives in its bundles.
-    assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True)]
+    assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True, group="policy")]
     on_bundle_5 = [a for a in p.asks() if a.group == "policy" and a.bundle == 5]
     assert sorted((a.who, a.gpu) for a in on_bundle_5) == [
         ("policy rank 5", 0.25), ("reference rank 5", 0.25), ("vLLM engine 1 TP worker 1", 0.25)]
@@ -64,9 +64,10 @@ def test_split_placement_gives_each_engine_a_group_of_its_own_gpus_on_one_node()
     p = placement.plan(cfg, use_gpus=True)
     assert p.weight_transport == "broadcast"
     assert not any(g.in_policy_group for g in p.groups)
-    assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True), Request("reference 2 x 4", 8, 1.0, 1.0, True),
-                            Request("vLLM engine (TP 4) 1 of 2", 4, 0.25, 1.0, True, True),
-                            Request("vLLM engine (TP 4) 2 of 2", 4, 0.25, 1.0, True, True)]
+    assert p.requests() == [Request("actor 2 x 4", 8, 1.0, 1.0, True, group="policy"),
+                            Request("reference 2 x 4", 8, 1.0, 1.0, True, group="reference"),
+                            Request("vLLM engine (TP 4) 1 of 2", 4, 0.25, 1.0, True, True, "engine-0"),
+                            Request("vLLM engine (TP 4) 2 of 2", 4, 0.25, 1.0, True, True, "engine-1")]
     pgs = {g.name: g for g in p.placement_groups()}
     assert pgs["engine-1"].strategy == "STRICT_PACK"
     assert [dict(b) for b in pgs["engine-1"].bundles] == [{"CPU": 1.0, "GPU": 1.0}] + [{"GPU": 1.0}] * 3
@@ -89,11 +90,79 @@ def test_ppo_with_gae_adds_a_critic_group():
 
 
 def test_colocated_engines_are_regrouped_by_node_once_ray_has_placed_the_policy():
-    # PACK put bundles 0, 2 on node a and 1, 3 on node b: a TP group must not span the two
-    assert placement.node_local_bundles(["a", "b", "a", "b"], 2, 2) == [[0, 2], [1, 3]]
-    assert placement.node_local_bundles(["a", "a", "b", "b"], 2, 2) == [[0, 1], [2, 3]]
-    with pytest.raises(ValueError, match="3 bundles on node a, 1 bundles on node b, not a multiple of 2"):
-        placement.node_local_bundles(["a", "a", "a", "b"], 2, 2)
+    # PACK put bundles 0, 2 on node a and 1, 3 on node b: a TP-2 group stays on one node
+    assert placement.engine_bundle_groups(["a", "b", "a", "b"], 2, 2) == [[0, 2], [1, 3]]
+    assert placement.engine_bundle_groups(["a", "a", "b", "b"], 2, 2) == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match=r"Ray placed them 3 on node a, 1 on node b; a TP group must lie on one "
+                                         r"node or take whole nodes, and 2 does neither; TP sizes that fit this "
+                                         r"placement: 1, 4 "):
+        placement.engine_bundle_groups(["a", "a", "a", "b"], 2, 2)
+
+
+# --- engines wider than a node (seed 003 in small) --------------------------------------------------------
+@pytest.mark.parametrize(("nodes", "tp", "groups"), [
+    # two nodes of 2: one TP-4 engine on both (the miniature's cross-node shape)
+    (["a", "a", "b", "b"], 4, [[0, 1, 2, 3]]),
+    # Ray interleaved the bundles: still the whole of both nodes, each node's TP ranks side by side
+    (["a", "b", "a", "b"], 4, [[0, 2, 1, 3]]),
+    # four nodes of 2, TP 4: two engines of two whole nodes each, in the order of the nodes' first bundles
+    (["a", "a", "b", "b", "c", "c", "d", "d"], 4, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    # two nodes of 8, TP 16: one engine over everything
+    (["a"] * 8 + ["b"] * 8, 16, [list(range(16))]),
+    # 4 + 2 + 2, TP 4: one engine on node a alone, one over b and c
+    (["a"] * 4 + ["b"] * 2 + ["c"] * 2, 4, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    # 3 + 1, TP 4: the whole of both
+    (["a", "a", "a", "b"], 4, [[0, 1, 2, 3]]),
+])
+def test_an_engine_wider_than_a_node_takes_whole_nodes(nodes, tp, groups):
+    got = placement.engine_bundle_groups(nodes, len(groups), tp)
+    assert got == groups
+    by_node = {}
+    for i, node in enumerate(nodes):
+        by_node.setdefault(node, set()).add(i)
+    for group in got:  # every node a group touches: all of it, or the group lies on that node alone
+        touched = {nodes[i] for i in group}
+        assert len(touched) == 1 or all(by_node[n] <= set(group) for n in touched), group
+
+
+@pytest.mark.parametrize(("counts", "tp", "fits"), [
+    ([3, 3, 2], 4, [1, 8]),  # node a would share an engine with b while holding part of another: refused
+    ([4, 2], 4, [1, 2, 6]),  # 2 left over on b, no node to complete it with
+    ([2, 2, 2], 4, [1, 2, 6]),
+    ([8, 8], 3, [1, 2, 4, 8, 16]),  # 3 divides no node and no whole-node sum
+])
+def test_a_tp_size_that_cannot_be_formed_is_refused_naming_what_would_fit(counts, tp, fits):
+    nodes = [name for name, n in zip("abcdefgh"[:len(counts)], counts, strict=True) for _ in range(n)]
+    line = f"TP sizes that fit this placement: {', '.join(map(str, fits))} "
+    with pytest.raises(ValueError) as err:
+        placement.engine_bundle_groups(nodes, sum(counts) // tp or 1, tp)
+    assert line in str(err.value) and "\n" not in str(err.value)
+    assert placement.tp_sizes_that_fit(counts) == fits
+    assert placement.engine_groups_problem(counts, tp) is not None
+    for ok in fits:  # and each size it names does form its groups
+        assert placement.engine_groups_problem(counts, ok) is None
+        assert len(placement.engine_bundle_groups(nodes, sum(counts) // ok, ok)) == sum(counts) // ok
+
+
+def test_a_split_engine_wider_than_any_node_spreads_its_group_over_nodes():
+    cfg = cfg_of("tiny-rloo", "actor_num_gpus_per_node=2", "ref_num_gpus_per_node=2", "vllm_tensor_parallel_size=4",
+                 "rollout_batch_size=8", "train_batch_size=16", "micro_rollout_batch_size=4",
+                 "micro_train_batch_size=8")
+    assert not cfg.colocate_all_models
+    wide = placement.plan(cfg, True, node_gpus=2)
+    (engine,) = [pg for pg in wide.placement_groups() if pg.name == "engine-0"]
+    assert engine.strategy == "PACK" and len(engine.bundles) == 4 and wide.engines.spans_nodes
+    # on nodes of 4 GPUs (or when the cluster is not known) the same engine stays on one node
+    for node_gpus in (4, 8, None):
+        narrow = placement.plan(cfg, True, node_gpus=node_gpus)
+        (engine,) = [pg for pg in narrow.placement_groups() if pg.name == "engine-0"]
+        assert engine.strategy == "STRICT_PACK" and not narrow.engines.spans_nodes
+    _check_plan(wide, "split TP 4 over nodes of 2")
+    # rlrun's check places it over two nodes of 2 free GPUs, which a STRICT_PACK group could not use
+    two_by_four = (jobcheck.NodeView("10.0.0.1", 64, 4, True), jobcheck.NodeView("10.0.0.2", 64, 4))
+    placed = {}
+    assert jobcheck.place(two_by_four, wide.requests(), placed) == []
+    assert sorted(placed["engine-0"].values()) == [2, 2]
 
 
 # --- every ask fits its bundle: every preset and a grid of shapes ----------------------------------------
@@ -187,8 +256,8 @@ def odd_plan(monkeypatch):
     sees it; whoever computes placement on its own does not."""
     real = placement.plan
 
-    def odd(cfg, use_gpus):
-        p = real(cfg, use_gpus)
+    def odd(cfg, use_gpus, node_gpus=None):
+        p = real(cfg, use_gpus, node_gpus)
         policy = dataclasses.replace(p.groups[0], gpus_per_node=3)
         return dataclasses.replace(p, groups=(policy, *p.groups[1:]))
 
