@@ -5,9 +5,12 @@ A preset file (``rlrun/presets/NAME.yaml``, or ``NAME.yaml`` in a user directory
     description: one line
     hardware: {accelerator: gpu|cpu, nodes: N, gpus_per_node: G}   # what the job expects
     make: {PATH: [model | dataset, ARGS...]}                     # optional: python -m trainer.tiny
+    base: NAME                                                   # optional: a variant of NAME.yaml (same dir)
     config: {flag_name: value, ...}                              # TrainerConfig flags, nothing else
 
-and is headed by comments stating the hardware and the batch arithmetic. ``config`` keys are the
+and is headed by comments stating the hardware and the batch arithmetic. A *variant* (``base: NAME``) is the
+preset NAME of its own directory with its ``config`` laid over NAME's (and NAME's ``make`` unless it has its
+own): the same job on other hardware says only what differs (``32b-rloo-1node``). ``config`` keys are the
 trainer's flag names; a preset (with any ``--set key=value``) is validated by building the real
 :class:`trainer.config.TrainerConfig`, so the trainer's own checks run and nothing is checked twice.
 The result becomes the entrypoint ``python -m trainer.train_ppo_ray --flag value ...`` (rlrun/trainer_command.py).
@@ -40,7 +43,7 @@ from trainer.config import ConfigError, TrainerConfig
 from trainer.config.fields import FlagSpec, derived_names, flag_specs, split_list
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
-PRESET_KEYS = ("description", "hardware", "make", "config")
+PRESET_KEYS = ("description", "hardware", "make", "base", "config")
 HARDWARE_KEYS = ("accelerator", "nodes", "gpus_per_node")
 PLACEHOLDERS = ("workdir", "reward_url", "retriever_url")
 # Left as they are for the trainer, which replaces them in each process (``{node_ip}``: that process's node).
@@ -82,7 +85,8 @@ class Preset:
     description: str
     hardware: Hardware
     make: dict[str, tuple[str, ...]]  # path template -> trainer.tiny arguments
-    values: dict[str, Any]  # config overrides as written (placeholders unexpanded)
+    values: dict[str, Any]  # config overrides as written (placeholders unexpanded), a base's included
+    base: str | None = None  # the preset this one is a variant of
 
     @property
     def builtin(self) -> bool:
@@ -129,8 +133,9 @@ def load_preset(name: str, dirs: list[Path]) -> Preset:
     return load_file(found[name])
 
 
-def load_file(path: Path) -> Preset:
-    """Read and check one preset file (shape only: the values are checked by :func:`build_config`)."""
+def load_file(path: Path, _seen: tuple[str, ...] = ()) -> Preset:
+    """Read and check one preset file (shape only: the values are checked by :func:`build_config`); a variant's
+    base (``base: NAME``, NAME.yaml beside it) is read first and its config lies under the variant's."""
     where = f"preset {path}"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -164,9 +169,32 @@ def load_file(path: Path) -> Preset:
         if expected:
             problems.append(f"config: {key}: {value!r}: expected {expected}")
     problems += _placeholder_problems(values)
+    base = data.get("base")
+    if base is not None:
+        base_preset, base_problems = _base(path, base, _seen)
+        problems += base_problems
+        if base_preset is not None:
+            values = {**base_preset.values, **values}
+            make = make if "make" in data else dict(base_preset.make)
     if problems:
         raise PresetError(where, problems)
-    return Preset(path.stem, path, str(description).strip(), hardware, make, values)
+    return Preset(path.stem, path, str(description).strip(), hardware, make, values, base)
+
+
+def _base(path: Path, base: Any, seen: tuple[str, ...]) -> tuple[Preset | None, list[str]]:
+    """The preset a variant names (``base: NAME``: NAME.yaml or .yml in the variant's directory)."""
+    if not isinstance(base, str) or not _NAME_RE.match(base):
+        return None, [f"base: {base!r}: expected the name of a preset in {path.parent}"]
+    chain = (*seen, path.stem)
+    if base in chain:
+        return None, [f"base: {base}: a variant chain that comes back to itself ({' -> '.join((*chain, base))})"]
+    found = next((p for p in (path.parent / f"{base}.yaml", path.parent / f"{base}.yml") if p.is_file()), None)
+    if found is None:
+        return None, [f"base: no preset '{base}' in {path.parent} (a variant's base lies beside it)"]
+    try:
+        return load_file(found, chain), []
+    except PresetError as err:
+        return None, [f"base {base}: {p}" for p in err.problems]
 
 
 def _hardware(raw: Any) -> tuple[Hardware, list[str]]:

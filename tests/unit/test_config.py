@@ -448,6 +448,11 @@ def test_evaluation_flags_under_their_openrlhf_and_dotted_names():
     (["--reward_fn", "math_verify", "--reward_outage_timeout", "60"],
      "--reward_outage_timeout 60 is only used with --remote_rm_url; the reward is a local function"),
     (["--retriever_outage_timeout", "60"], "--retriever_outage_timeout 60 is only used with --retriever_url"),
+    (["--adam_offload_ratio", "0.5", "--zero_stage", "2"],
+     "--adam_offload_ratio 0.5 is only used with --adam_offload with --zero_stage 3 (DeepSpeed's partial offload); "
+     "ZeRO stage 2 offloads all"),
+    (["--adam_offload_ratio", "0"], "adam_offload_ratio"),
+    (["--adam_offload_ratio", "1.5"], "adam_offload_ratio"),
     (["--generate_timeout", "0"], "generate_timeout"),
     (["--max_engine_restarts", "-1"], "max_engine_restarts"),
 ])
@@ -456,6 +461,13 @@ def test_evaluation_and_fault_flags_are_refused_where_they_would_do_nothing(extr
     if "--reward_fn" in extra:
         argv = [*with_flags(drop=("--remote_rm_url",)), *extra]
     assert any(message in p for p in problems_of(argv)), problems_of(argv)
+
+
+def test_partial_adam_offload_needs_the_offload():
+    assert parse_args([*SEED, "--adam_offload_ratio", "0.5"]).adam_offload_ratio == 0.5
+    assert problems_of([*with_flags(drop=("--adam_offload",)), "--adam_offload_ratio", "0.5"]) == [
+        "--adam_offload_ratio 0.5 is only used with --adam_offload with --zero_stage 3 (DeepSpeed's partial offload); "
+        "the Adam states are not offloaded (drop the flag)"]
 
 
 def test_fault_deadlines_default_generous_and_reach_the_config():

@@ -214,3 +214,18 @@ def test_an_engine_started_beside_loading_models_sizes_its_kv_cache_from_its_sha
         upfront_kv_bytes(total, 0.1, weights, 1)
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors or \\*.bin weights"):
         checkpoint_bytes(str(tmp_path / "config.json").rsplit("/", 1)[0] + "/nope")
+
+
+def test_partial_adam_offload_reaches_deepspeeds_config_and_is_valid_there():
+    """--adam_offload_ratio becomes ZeRO-3's offload_optimizer.ratio (the 32B one-node variant keeps half the
+    Adam states on the GPUs), DeepSpeed's own config model accepts it, and a full offload leaves it out."""
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    from trainer.actors.model_worker import ds_config
+
+    half = ds_config(3, True, 2, 8, adam_offload=True, cuda=True, offload_ratio=0.5)["zero_optimization"]
+    assert half["offload_optimizer"]["ratio"] == 0.5 and half["offload_optimizer"]["device"] == "cpu"
+    assert DeepSpeedZeroConfig(**half).offload_optimizer.ratio == 0.5
+    full = ds_config(3, True, 2, 8, adam_offload=True, cuda=True)["zero_optimization"]
+    assert "ratio" not in full["offload_optimizer"]
+    assert "offload_optimizer" not in ds_config(3, True, 2, 8, cuda=True, offload_ratio=0.5)["zero_optimization"]

@@ -13,7 +13,7 @@ from rlrun import trainer_command as T
 from rlrun.errors import RlrunError
 from trainer.config.cli import parse_args
 
-SIX = ["0.5b-async", "1.5b-grpo", "32b-rloo", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-rloo",
+SIX = ["0.5b-async", "1.5b-grpo", "32b-rloo", "32b-rloo-1node", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-rloo",
        "tiny-rloo-async", "tiny-search"]
 CONTEXT = {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward",
            "retriever_url": "http://{node_ip}:8000/retrieve"}
@@ -33,7 +33,7 @@ def test_the_six_presets_are_built_in_with_their_hardware():
     assert all(p.builtin and p.description for p in found.values())
     assert {n: str(p.hardware) for n, p in found.items()} == {
         "0.5b-async": "1 x 3 GPUs", "tiny-rloo-async": "1 CPU node",
-        "1.5b-grpo": "2 x 8 GPUs", "32b-rloo": "2 x 8 GPUs", "7b-ppo": "2 x 8 GPUs", "qwen2-7b-ppo": "2 x 8 GPUs",
+        "1.5b-grpo": "2 x 8 GPUs", "32b-rloo": "2 x 8 GPUs", "32b-rloo-1node": "1 x 4 GPUs", "7b-ppo": "2 x 8 GPUs", "qwen2-7b-ppo": "2 x 8 GPUs",
         "search-r1-ppo": "2 x 8 GPUs", "tiny-ppo": "1 CPU node", "tiny-rloo": "1 CPU node", "tiny-search": "1 CPU node"}
 
 
@@ -192,7 +192,7 @@ def test_all_problems_of_several_overrides_are_reported_together():
 # --- bad preset files ---------------------------------------------------------------------------------------
 GOOD = (P.BUILTIN_DIR / "tiny-rloo.yaml").read_text()
 BAD_FILES = [
-    (GOOD + "flags:\n  bf16: true\n", r"unknown key 'flags': a preset has description, hardware, make, config"),
+    (GOOD + "flags:\n  bf16: true\n", r"unknown key 'flags': a preset has description, hardware, make, base, config"),
     (GOOD.replace("  num_episodes: 16", "  num_epsiodes: 16"),
      r"config: num_epsiodes: not a trainer flag \(did you mean num_episodes\?\)"),
     (GOOD.replace("  max_samples: 128", "  max_samples: [128"), r"not valid YAML"),
@@ -206,7 +206,7 @@ BAD_FILES = [
      r"config: train_batch_size: 'big': expected an integer"),
     (GOOD.replace("  train_batch_size: 32", "  grad_accum_steps: 2"), r"config: grad_accum_steps is derived"),
     (GOOD.replace("description: tiny", "descr: tiny"), r"description: expected one line of text"),
-    ("- just\n- a list\n", r"expected a mapping with keys description, hardware, make, config, got list"),
+    ("- just\n- a list\n", r"expected a mapping with keys description, hardware, make, base, config, got list"),
 ]
 
 
@@ -220,7 +220,7 @@ def test_bad_preset_file_is_refused_naming_file_and_problem(tmp_path, text, mess
 
 def test_unknown_preset_names_the_closest_and_all_presets():
     with pytest.raises(RlrunError, match=r"no preset 'tiny-rlo' \(did you mean tiny-rloo\?\); presets: 0.5b-async, "
-                                         r"1.5b-grpo, 32b-rloo, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, tiny-ppo, "
+                                         r"1.5b-grpo, 32b-rloo, 32b-rloo-1node, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, tiny-ppo, "
                                          r"tiny-rloo, tiny-rloo-async, tiny-search"):
         P.load_preset("tiny-rlo", P.preset_dirs())
 
@@ -282,3 +282,54 @@ def test_the_inventories_make_the_tiny_search_data_the_preset_makes(inventory):
     command = yaml.safe_load(vars_file.read_text())["retriever__corpus_command"]
     assert command[1:4] == ["-m", "trainer.tiny", "search"]
     assert command[5:] == list(preset_args[1:])
+
+
+# --- variants (base: NAME) ------------------------------------------------------------------------------
+def test_the_one_node_32b_variant_is_the_seed_job_with_only_its_own_changes():
+    seed, variant = (P.load_preset(n, P.preset_dirs()) for n in ("32b-rloo", "32b-rloo-1node"))
+    assert variant.base == "32b-rloo"
+    changed = {k: v for k, v in variant.values.items() if seed.values.get(k) != v}
+    assert changed == {"actor_num_nodes": 1, "ref_num_nodes": 1, "vllm_num_engines": 1, "adam_offload_ratio": 0.6,
+                       "vllm_gpu_memory_utilization": 0.3}
+    assert set(seed.values) <= set(variant.values)
+    cfg = build("32b-rloo-1node")
+    assert (cfg.actor_world_size, cfg.vllm_total_gpus, cfg.adam_offload, cfg.zero_stage) == (4, 4, True, 3)
+
+
+def _variant_dir(tmp_path, base_text: str, variant_text: str):
+    (tmp_path / "base.yaml").write_text(base_text)
+    (tmp_path / "var.yaml").write_text(variant_text)
+    return tmp_path
+
+
+BASE = ("description: b\nhardware: {accelerator: cpu, nodes: 1}\nmake:\n  '{workdir}/m': [model]\n"
+        "config:\n  pretrain: '{workdir}/m'\n  prompt_data: /d\n  reward_fn: math_verify\n  seed: 3\n")
+
+
+def test_a_variant_lays_its_config_over_its_base_and_keeps_its_make(tmp_path):
+    d = _variant_dir(tmp_path, BASE, "description: v\nhardware: {accelerator: cpu, nodes: 1}\nbase: base\n"
+                                     "config:\n  seed: 9\n")
+    v = P.load_file(d / "var.yaml")
+    assert v.values == {"pretrain": "{workdir}/m", "prompt_data": "/d", "reward_fn": "math_verify", "seed": 9}
+    assert v.make == {"{workdir}/m": ("model",)} and v.description == "v"
+    assert P.load_file(d / "base.yaml").values["seed"] == 3  # the base itself is unchanged
+
+
+@pytest.mark.parametrize(("base_line", "message"), [
+    ("base: nowhere", "base: no preset 'nowhere' in "),
+    ("base: var", "base: var: a variant chain that comes back to itself (var -> var)"),
+    ("base: [a]", "base: ['a']: expected the name of a preset in "),
+])
+def test_a_bad_base_is_refused_naming_it(tmp_path, base_line, message):
+    d = _variant_dir(tmp_path, BASE, f"description: v\nhardware: {{accelerator: cpu, nodes: 1}}\n{base_line}\n"
+                                     "config: {}\n")
+    with pytest.raises(P.PresetError) as err:
+        P.load_file(d / "var.yaml")
+    assert message in str(err.value)
+
+
+def test_a_base_with_a_problem_is_named_through_the_variant(tmp_path):
+    d = _variant_dir(tmp_path, BASE.replace("seed: 3", "sede: 3"),
+                     "description: v\nhardware: {accelerator: cpu, nodes: 1}\nbase: base\nconfig: {}\n")
+    with pytest.raises(P.PresetError, match=r"base base: config: sede: not a trainer flag \(did you mean seed\?\)"):
+        P.load_file(d / "var.yaml")

@@ -48,7 +48,8 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
     def init_model(self, pretrain: str, *, zero_stage: int = 3, bf16: bool = False, micro_batch: int = 1,
                    grad_accum: int = 1, learning_rate: float = 9e-6, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
-                   seed: int = 42, flash_attn: bool = False, packing_samples: bool = False) -> int:
+                   seed: int = 42, flash_attn: bool = False, packing_samples: bool = False,
+                   adam_offload_ratio: float = 1.0) -> int:
         import deepspeed
         from transformers import AutoConfig, AutoModel
         from transformers.integrations import HfDeepSpeedConfig
@@ -57,7 +58,8 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         self.packing = packing_samples
         self.attn = attn_implementation(flash_attn)
         self.dtype = torch.bfloat16 if bf16 else torch.float32
-        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True)
+        self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train=True,
+                                offload_ratio=adam_offload_ratio)
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
         backbone = AutoModel.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)

@@ -90,10 +90,11 @@ def fetch_whole_if_small(model: torch.nn.Module, config: dict[str, Any]) -> bool
 def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
               max_norm: float = 1.0, train: bool = True,
               persistence_threshold: int | None = None, granularity_threshold: int | None = None,
-              cuda: bool | None = None) -> dict[str, Any]:
+              cuda: bool | None = None, offload_ratio: float = 1.0) -> dict[str, Any]:
     """The DeepSpeed config of one model (training or inference). granularity_threshold: ZeRO-3 fetches
     modules of fewer parameters per descendant than this as one unit (one hook instead of one per child);
-    None = GRANULARITY_THRESHOLD on CUDA, 0 (off) on CPU."""
+    None = GRANULARITY_THRESHOLD on CUDA, 0 (off) on CPU. offload_ratio: with adam_offload, the share of the
+    optimizer's sub-groups on the host (DeepSpeed ZeRO-3's ``offload_optimizer.ratio``; 1: all)."""
     threshold = PERSISTENCE_THRESHOLD if persistence_threshold is None else persistence_threshold
     if granularity_threshold is None:
         cuda = torch.cuda.is_available() if cuda is None else cuda
@@ -103,6 +104,8 @@ def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, ad
         zero["stage3_module_granularity_threshold"] = granularity_threshold
     if train and adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+        if offload_ratio < 1:
+            zero["offload_optimizer"]["ratio"] = offload_ratio
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": grad_accum,
@@ -133,7 +136,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
                    packing_samples: bool = False, persistence_threshold: int | None = None,
-                   granularity_threshold: int | None = None) -> int:
+                   granularity_threshold: int | None = None, adam_offload_ratio: float = 1.0) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
         packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
         import deepspeed
@@ -147,7 +150,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         self.attn = attn_implementation(flash_attn)
         self.dtype = torch.bfloat16 if bf16 else torch.float32
         self.config = ds_config(zero_stage, bf16, micro_batch, grad_accum, adam_offload, max_norm, train,
-                                persistence_threshold, granularity_threshold)
+                                persistence_threshold, granularity_threshold, offload_ratio=adam_offload_ratio)
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)

@@ -274,6 +274,7 @@ FLAGS: dict[str, OpenRLHFFlag] = {
 OWN_FLAGS: dict[str, str] = {
     "rollout_backend": "vllm engines or HF generate() (OpenRLHF: --vllm_num_engines 0)",
     "sync_bucket_bytes": "bucket size of the policy -> engines weight broadcast",
+    "adam_offload_ratio": "with --adam_offload: the share of the Adam states on the host (DeepSpeed partial offload)",
     "reward_fn": "a local reward function (OpenRLHF >= 0.8: a .py path in --remote_rm_url)",
     "remote_rm_timeout": "seconds before a remote reward request times out",
     "remote_rm_retries": "retries of a failed remote reward request",

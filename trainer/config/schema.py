@@ -361,6 +361,12 @@ class TrainerConfig:
     zero_stage: Literal[0, 1, 2, 3] = flag(2, "DeepSpeed ZeRO stage.", group=S)
     bf16: bool = flag(False, "Train in bfloat16 (else float32).", group=S)
     adam_offload: bool = flag(False, "Offload Adam optimizer states to CPU.", group=S)
+    adam_offload_ratio: float = flag(
+        1.0, "With --adam_offload and ZeRO-3: the share of the Adam states (fp32 weights, moments and gradients, "
+        "16 bytes a parameter) kept on the host; the rest stays on the GPUs (DeepSpeed's partial offload). Below 1 "
+        "where the host cannot hold them all: a 32B model on one node of 4 GPUs needs 524 GB of host memory at 1 "
+        "(preset 32b-rloo-1node).", group=S, gt=0, le=1,
+    )  # fmt: skip
     flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
     gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
     packing_samples: bool = flag(
