@@ -229,3 +229,22 @@ def test_partial_adam_offload_reaches_deepspeeds_config_and_is_valid_there():
     full = ds_config(3, True, 2, 8, adam_offload=True, cuda=True)["zero_optimization"]
     assert "ratio" not in full["offload_optimizer"]
     assert "offload_optimizer" not in ds_config(3, True, 2, 8, cuda=True, offload_ratio=0.5)["zero_optimization"]
+
+
+def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):
+    """Ray starts workers with OMP_NUM_THREADS=1; an offloading rank takes the cores it may run on divided
+    among the group's ranks on its node (one process here: all of them)."""
+    import os
+
+    import torch
+
+    from trainer.actors.model_worker import cpu_adam_threads
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        threads = cpu_adam_threads("10.0.0.1")
+        assert threads == len(os.sched_getaffinity(0)) >= 1
+        assert os.environ["OMP_NUM_THREADS"] == str(threads) and torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)

@@ -12,7 +12,13 @@ import torch
 from torch import nn
 
 from trainer.actors.group import DistributedWorker
-from trainer.actors.model_worker import attn_implementation, ds_config, fetch_whole_if_small, to_device
+from trainer.actors.model_worker import (
+    attn_implementation,
+    cpu_adam_threads,
+    ds_config,
+    fetch_whole_if_small,
+    to_device,
+)
 from trainer.checkpoint import CheckpointWorker
 from trainer.losses import value_loss
 from trainer.packing import pack, unpack
@@ -73,6 +79,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         if adam_offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
+            cpu_adam_threads(self.node_ip())
             optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
         else:
             optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)

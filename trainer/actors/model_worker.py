@@ -117,6 +117,27 @@ def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, ad
     }
 
 
+def cpu_adam_threads(node: str) -> int:
+    """Give DeepSpeed's CPU Adam this rank's share of the node's cores (the cores this process may run on,
+    divided among the group's ranks on ``node``); returns the thread count. Ray starts every worker with
+    OMP_NUM_THREADS=1 (its CPU ask), so without this each rank's optimizer step over its offloaded states
+    (billions of parameters at 32B) runs on one core. Set before the optimizer's extension loads: its
+    OpenMP runtime reads the variable then, torch's own takes ``set_num_threads``. Every rank must call it
+    (the ranks' nodes are gathered)."""
+    import os
+
+    import torch.distributed as dist
+
+    nodes = [node]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        nodes = [None] * dist.get_world_size()
+        dist.all_gather_object(nodes, node)
+    threads = max(1, len(os.sched_getaffinity(0)) // max(1, nodes.count(node)))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def to_device(mb: dict[str, Any], device: torch.device) -> dict[str, Any]:
     """A micro-batch's tensors on the engine's device: batches arrive through Ray as CPU tensors, and
     DeepSpeed does not move a forward's inputs (on a GPU rank the embedding lookup would fail)."""
@@ -164,6 +185,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             if adam_offload:
                 from deepspeed.ops.adam import DeepSpeedCPUAdam
 
+                cpu_adam_threads(self.node_ip())
                 optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
             else:  # one fused kernel on CUDA instead of a loop over parameter groups
                 optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2,
