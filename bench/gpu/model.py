@@ -23,7 +23,10 @@ QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
 # Qwen2.5-7B's config (7.6B parameters; untied embeddings)
 QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                  num_key_value_heads=4, vocab_size=152064)
-SHAPES = {"0.5b": (QWEN25_05B, True), "7b": (QWEN25_7B, False)}
+# Qwen2.5-32B's config (32.8B parameters; untied embeddings): seed 004's model size
+QWEN25_32B = dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                  num_key_value_heads=8, vocab_size=152064)
+SHAPES = {"0.5b": (QWEN25_05B, True), "7b": (QWEN25_7B, False), "32b": (QWEN25_32B, False)}
 
 
 def build_padded_tokenizer(vocab_size: int):

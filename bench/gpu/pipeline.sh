@@ -24,6 +24,12 @@
 #   step1    (one GPU, STEP1_GPU, default 0) the colocated 0.5B job three times: a cold, then a warm compile
 #            cache, then warm with --vllm_start_with_models; step 1's time each
 #   multiturn (one GPU) bench/multiturn.py: the multi-turn rollout's overhead on a GPU engine
+#   xnode    seed 003 in small (issue 36): the two-node miniature with ONE engine of TP 4 across both nodes,
+#            site.yml + `rlrun submit` (0-3)
+#   ppo7b    7b-ppo (GAE, critic, reference, the deployed reward service) on one node of 4 GPUs with the 7B
+#            model, site.yml + `rlrun submit` (0-3)
+#   seed32b  32b-rloo-1node with a Qwen2.5-32B-shaped model (made on the CPU by `inputs`, in the
+#            background), one node of 4 GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 root=$PWD
@@ -47,7 +53,37 @@ stage_inputs() {
   if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then  # the 7B runs need 4 GPUs
     [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   fi
+  # TP 4 needs attention heads that 4 divides (Qwen2.5-0.5B has 14): the 0.5B shape with 16 heads of 64
+  [ -f $work/m05h16/params.json ] || python3 bench/gpu/model.py $work/m05h16 --hidden-size 1024 \
+    --num-attention-heads 16 --num-key-value-heads 4 || return 1
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null
+  if [ -n "${MAKE32:-}" ] && [ ! -f $work/m32b/params.json ]; then  # 65 GB on the host while the GPU stages run
+    setsid nice python3 bench/gpu/model.py $work/m32b --shape 32b --device cpu >$work/m32b.log 2>&1 </dev/null &
+    echo "making the 32B model in the background (pid $!): $work/m32b.log"
+  fi
+}
+
+stage_xnode() {  # one engine of TP 4 over the two loopback nodes; the policy's weights reach it every step
+  MODEL=$work/m05h16 ROLLOUT=vllm VLLM_TP=4 SUBMIT_TIMEOUT=420 bash bench/gpu/miniature/run.sh x4 "$res/xnode"
+}
+
+stage_ppo7b() {
+  MODEL=$work/m7b PRESET=7b-ppo SUBMIT_TIMEOUT=600 SETS="actor_num_nodes=1 actor_num_gpus_per_node=4 \
+    ref_num_nodes=1 ref_num_gpus_per_node=4 critic_num_nodes=1 critic_num_gpus_per_node=4 vllm_num_engines=4 \
+    rollout_batch_size=32 micro_rollout_batch_size=8 train_batch_size=16 micro_train_batch_size=4 \
+    critic_micro_train_batch_size=1 generate_max_len=256 prompt_max_len=128 max_steps=3 \
+    vllm_gpu_memory_utilization=0.35" bash bench/gpu/miniature/run.sh x4one "$res/ppo7b"
+  rm -rf /tmp/rlrun-mini8x4one/out /tmp/rlrun-mini8x4one/out_critic  # 29 GB of final models: disk for the 32B
+}
+
+stage_seed32b() {
+  local end=$(( $(date +%s) + 420 ))  # the model made by `inputs` in the background
+  while [ ! -f $work/m32b/params.json ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  [ -f $work/m32b/params.json ] || { echo "no 32B model in $work/m32b"; tail -5 $work/m32b.log; return 1; }
+  cat $work/m32b/params.json
+  MODEL=$work/m32b PRESET=32b-rloo-1node SUBMIT_TIMEOUT=1000 SETS="rollout_batch_size=8 \
+    micro_rollout_batch_size=4 train_batch_size=32 micro_train_batch_size=2 generate_max_len=256 \
+    prompt_max_len=128 max_steps=3 enforce_eager=true" bash bench/gpu/miniature/run.sh x4one "$res/seed32b"
 }
 
 stage_mini() {
@@ -124,7 +160,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=180 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=560 [step1]=560 [multiturn]=220
-                       [selftest]=30)
+                       [selftest]=30 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

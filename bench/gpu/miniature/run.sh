@@ -10,6 +10,10 @@
 #   ROLLOUT=vllm bash bench/gpu/miniature/run.sh x1 OUT   # the same with vLLM engines (packages carried and
 #                                                         # installed by bench/gpu/carry.py: no PKG needed)
 #   ROLLOUT=vllm VLLM_TP=2 ... x4 OUT                     # 2 engines of TP 2 on the 2 x 2 GPUs
+#   ROLLOUT=vllm VLLM_TP=4 ... x4 OUT                     # 1 engine of TP 4 across both nodes (seed 003)
+#   PRESET=32b-rloo-1node MODEL=DIR SETS="k=v ..." bash bench/gpu/miniature/run.sh x4one OUT
+#                                                         # one node of 4 GPUs, the preset as it is but for
+#                                                         # the model, the data and SETS (issue 36)
 #
 # cpu: inventory bench/gpu/miniature/inventory (nodes 127.0.0.7 / .8, 2 CPUs each), a tiny model from
 #   `python -m trainer.tiny`, placement actor 2 x 1 / reference 2 x 1 colocated. A CPU cluster has no
@@ -70,7 +74,7 @@ case $kind in
           --set micro_train_batch_size=8 --set max_samples=8 --set generate_max_len=16 --set prompt_max_len=64)
     check=(--no-check)
     ;;
-  x4|x1)
+  x4|x1|x4one)
     inv=$here/inventory-$kind
     cluster=mini8$kind
     if [ -f /tmp/site/.installed ]; then
@@ -113,9 +117,13 @@ case $kind in
       per_node=1
       sets+=(--set actor_num_nodes=1 --set ref_num_nodes=1 --set packing_samples=true --set max_samples=32)
     fi
+    if [ "$kind" = x4one ]; then  # the preset's own sizes but for what SETS says
+      per_node=4
+      sets=()
+    fi
     check=()
     ;;
-  *) echo "unknown kind $kind: expected cpu, x4 or x1" >&2; exit 2 ;;
+  *) echo "unknown kind $kind: expected cpu, x4, x1 or x4one" >&2; exit 2 ;;
 esac
 
 # What the machine has (the x4 image lacks iproute2; start-stop-daemon comes with dpkg).
@@ -144,7 +152,9 @@ adam_pid=$!
 # Model and prompts where both nodes read them.
 mkdir -p "$work"
 make_inputs() {
-  if [ "$kind" = cpu ]; then
+  if [ -n "${MODEL:-}" ]; then
+    [ -f "$MODEL/config.json" ] || { echo "MODEL=$MODEL: no config.json there"; return 1; }
+  elif [ "$kind" = cpu ]; then
     # vLLM's CPU attention needs head_dim >= 32: hidden 256 / 4 heads for ROLLOUT=vllm, 64 is enough for HF
     [ -d "$work/model" ] || "$python3_bin" -m trainer.tiny model "$work/model" --hidden-size "$cpu_hidden" || return 1
   else
@@ -204,17 +214,49 @@ if [ "${ROLLOUT:-hf}" = vllm ]; then  # colocation: engines x TP = the actor's r
   rollout=(--set rollout_backend=vllm --set vllm_num_engines=$((nodes * per_node / tp))
            --set vllm_tensor_parallel_size=$tp --set vllm_gpu_memory_utilization=0.5)
 fi
-job=(--preset 32b-rloo
-     --set pretrain=$work/model --set prompt_data=$work/copy.jsonl --set label_key=answer
-     --set apply_chat_template=true "${rollout[@]}" --set flash_attn=false
-     --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
-     --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
+model=${MODEL:-$work/model}
+if [ "$kind" = x4one ]; then  # PRESET as it is, on the copy-task prompts, with SETS
+  extra=()
+  for kv in ${SETS:-}; do extra+=(--set "$kv"); done
+  job=(--preset "${PRESET:-32b-rloo-1node}" --set pretrain=$model --set prompt_data=$work/copy.jsonl
+       --set input_key=message --set label_key=answer --set apply_chat_template=true --set flash_attn=false
+       --set num_episodes=1 --set max_samples=100000 --set save_path=$work/out --set ckpt_path=$work/out/ckpt
+       "${extra[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
+else
+  job=(--preset 32b-rloo
+       --set pretrain=$model --set prompt_data=$work/copy.jsonl --set label_key=answer
+       --set apply_chat_template=true "${rollout[@]}" --set flash_attn=false
+       --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
+       --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
+fi
 echo "rlrun -i $inv submit ${job[*]} ${check[*]} --follow" | tee "$out/command.txt"
 rlrun -i $inv submit "${job[@]}" --dry-run >"$out/dryrun.log" 2>&1
 sed -n '/^checks against/,$p' "$out/dryrun.log"
 # timeout(1) runs programs, not shell functions: the entry point by its path
+# While the job runs: GPU and host memory every 2 s (peaks in memory.txt), and when step 1 is logged.
+watch_pids=()
+if command -v nvidia-smi >/dev/null; then
+  ( while sleep 2; do
+      nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits | sed 's/^/gpu /'
+      free -m | awk '/^Mem:/ {print "host", $3}'
+    done ) >"$out/mem_samples.txt" 2>/dev/null &
+  watch_pids+=($!)
+fi
+t_submit=$(date +%s)
+( while ! grep -qE "^step 1:" "$out/submit.log" 2>/dev/null; do sleep 1; done
+  echo "step 1 logged $(( $(date +%s) - t_submit )) s after submit" >>"$summary" ) &
+watch_pids+=($!)
 stage submit timeout "$submit_timeout" "$HOME/.rlrun/$cluster/node1/venv/bin/rlrun" -i $inv submit "${job[@]}" "${check[@]}" --follow >"$out/submit.log" 2>&1
 rc=$?
+kill "${watch_pids[@]}" 2>/dev/null
+[ -f "$work/out/metrics.jsonl" ] && cp "$work/out/metrics.jsonl" "$out/metrics.jsonl"  # x4one: every metric
+if [ -s "$out/mem_samples.txt" ]; then  # peak MiB per GPU and of the host's used memory
+  awk '$1 == "gpu" {i = $2; sub(",", "", i); if ($3 > g[i]) g[i] = $3}
+       $1 == "host" {if ($2 > h) h = $2}
+       END {for (i in g) printf "gpu %s peak %.1f GiB\n", i, g[i] / 1024; printf "host peak used %.1f GiB\n", h / 1024}' \
+    "$out/mem_samples.txt" | sort >"$out/memory.txt"
+  cat "$out/memory.txt" | tee -a "$summary"
+fi
 tail -1 "$summary"
 grep -E "^(step [0-9]+:|job |reward/mean|submitted|error|refused)|^  (GPUs|CPUs|cluster|reward)" "$out/submit.log"
 job_id=$(grep -oE "rlrun-[0-9]{8}-[0-9]{6}-[0-9a-f]+" "$out/submit.log" | head -1)
