@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainer.deadlines import Fault, wait_all
@@ -69,6 +69,32 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
         if not cfg.enforce_eager:
             kwargs["compilation_config"] = {"max_cudagraph_capture_size": seqs}
     return kwargs
+
+
+def span_kwargs(nodes: Sequence[str]) -> dict[str, Any]:
+    """What a vLLM engine whose TP workers sit on ``nodes`` (one entry per worker) is built with beyond
+    :func:`vllm_kwargs`: over several nodes, no custom all-reduce. That kernel is NVLink P2P within one node,
+    and vLLM decides that its workers share a node by opening each other's shared memory, which two Ray
+    nodes on one host (the GPU miniature) can: it then ran its P2P check over all four ranks of a TP-4 engine
+    on a node of two GPUs and failed (vLLM 0.26, IndexError in ``_can_p2p``; issue 36)."""
+    return {"disable_custom_all_reduce": True} if len(set(nodes)) > 1 else {}
+
+
+def engine_ports(first_nodes: Sequence[str], span: tuple[int, int] | None) -> list[int | None]:
+    """VLLM_PORT for each engine (``first_nodes[i]``: the node engine ``i``'s first process runs on), or None
+    each without a rendezvous range. vLLM searches its ports upward from VLLM_PORT and binds them later, so
+    engines that start together on one node from the same VLLM_PORT all pick its first port and all but one
+    fail (EADDRINUSE; 4 engines of TP 1 on one node, issue 36). The bottom half of the range is vLLM's (the
+    trainer's stores take the top): each engine on a node starts its search at its own stretch of it."""
+    if span is None:
+        return [None] * len(first_nodes)
+    slots, seen = [], {}
+    for node in first_nodes:
+        slots.append(seen.get(node, 0))
+        seen[node] = slots[-1] + 1
+    half = max(1, (span[1] - span[0] + 1) // 2)
+    stride = max(1, half // max(seen.values(), default=1))
+    return [span[0] + slot * stride for slot in slots]
 
 
 class EngineFailure(Fault):
@@ -153,7 +179,7 @@ class Engines:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from trainer.actors.group import reserve_bundles
+        from trainer.actors.group import bundle_nodes, rendezvous_range, reserve_bundles
 
         self.cfg, self.plan = cfg, plan
         ep = plan.engines
@@ -176,24 +202,34 @@ class Engines:
             bundle_sets = engine_bundle_groups(policy_bundle_nodes, ep.count, ep.tp)
         self._remote = ray.remote(engine_cls)
         self._options: list[dict[str, Any]] = []  # what each engine is started with (a replacement: the same)
+        self._engine_kwargs: list[dict[str, Any]] = []
         self.handles: list[Any] = []
         self.labels: list[str] = []
+        pgs, nodes = [], []  # each engine's placement group, and the node of each of its bundles
         for i in range(ep.count):
             if ep.colocated:
-                pg = policy_pg
+                pgs.append(policy_pg)
+                nodes.append([policy_bundle_nodes[b] for b in bundle_sets[i]] if policy_bundle_nodes else ["?"])
             else:
                 pg = reserve_bundles(groups[ep.placement_group(i)], cfg.placement_timeout)
                 self.own_pgs.append(pg)
+                pgs.append(pg)
+                nodes.append(bundle_nodes(pg) if ep.spans_nodes else ["?"])
+        ports = engine_ports([n[0] for n in nodes], rendezvous_range()) if ep.backend == "vllm" else []
+        for i in range(ep.count):
             bundles = bundle_sets[i]
             env = {**tool_env, **ep.env(bundles)}
+            if ports and ports[i] is not None:
+                env["VLLM_PORT"] = str(ports[i])
             options: dict[str, Any] = dict(
                 num_cpus=ep.actor_cpus, num_gpus=ep.actor_gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=bundles[0],
+                    placement_group=pgs[i], placement_group_bundle_index=bundles[0],
                     placement_group_capture_child_tasks=True))
             if env:
                 options["runtime_env"] = {"env_vars": env}
             self._options.append(options)
+            self._engine_kwargs.append({**self._kwargs, **(span_kwargs(nodes[i]) if ep.backend == "vllm" else {})})
             self.handles.append(self._start(i))
             self.labels.append(f"{ep.name} {i}")
         self.nodes: list[str] = ["?"] * ep.count
@@ -202,7 +238,7 @@ class Engines:
         self._ready = False
 
     def _start(self, i: int) -> Any:
-        return self._remote.options(**self._options[i]).remote(self.cfg.pretrain, **self._kwargs)
+        return self._remote.options(**self._options[i]).remote(self.cfg.pretrain, **self._engine_kwargs[i])
 
     # --- start-up ---------------------------------------------------------------------------------------
     def wait_ready(self, timeout_s: float | None = None) -> list[str]:

@@ -74,8 +74,14 @@ class VllmRayExecutorProbe:
                                                  placement_group_bundle_index=b))).remote() for b in bundles]
             ray.get([w.gpu_ids.remote() for w in self.workers])  # vLLM waits for its workers here
 
+        self.kwargs = dict(_kwargs)
+
     def ready(self) -> str:
         return ray.util.get_node_ip_address()
+
+    def started_with(self) -> tuple[str | None, dict]:
+        """The VLLM_PORT this engine's process sees and the vLLM keyword arguments it got."""
+        return os.environ.get("VLLM_PORT"), self.kwargs
 
     def pid(self) -> int:  # the engines' log line names each engine's node and pid
         return os.getpid()
@@ -260,3 +266,29 @@ def test_a_group_the_cluster_cannot_hold_fails_within_its_deadline_naming_what_i
                            "not placed within 3 s: placement group rlrun-policy is not placed (free per node: "), line
     assert line.endswith(": GPU 4 of 4, CPU 4 of 4)"), line
     assert not [p for p in ray.util.placement_group_table().values() if p["state"] == "PENDING"]
+
+
+def test_engines_sharing_a_node_search_their_ports_from_their_own_stretch(fake_gpu_cluster, probes, monkeypatch):
+    """Four engines of TP 1 on one node (7b-ppo on 4 GPUs) all started from the node's VLLM_PORT, and vLLM picks
+    the first free port and binds it later: all but one failed with EADDRINUSE on the GPU machine (issue 36).
+    Each engine's process now sees a VLLM_PORT of its own from the bottom half of the rendezvous range; one
+    node: no engine goes without vLLM's custom all-reduce."""
+    from trainer.actors.group import RENDEZVOUS_PORTS_ENV, bundle_nodes
+    from trainer.engines import Engines
+    from trainer.placement import plan
+
+    monkeypatch.setenv(RENDEZVOUS_PORTS_ENV, "9730-9749")  # what the node env file gives the job's driver
+    cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=4",
+                 "ref_num_gpus_per_node=4", "vllm_num_engines=4", "rollout_batch_size=4", "micro_rollout_batch_size=1",
+                 "micro_train_batch_size=1", "train_batch_size=16")
+    p = plan(cfg, use_gpus=True)
+    pg, ranks = _policy_and_ref(cfg, p)
+    engines = None
+    try:
+        engines = Engines(cfg, p, pg, bundle_nodes(pg))
+        engines.wait_ready()
+        started = ray.get([e.started_with.remote() for e in engines.handles], timeout=60)
+        assert [port for port, _ in started] == ["9730", "9732", "9734", "9736"]
+        assert all("disable_custom_all_reduce" not in kwargs for _, kwargs in started)
+    finally:
+        _cleanup(engines, ranks, pg)

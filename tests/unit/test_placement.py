@@ -343,3 +343,37 @@ def test_the_engines_sum_what_engines_on_one_gpu_freed(monkeypatch):
     # Engines.call: each engine's result by index, as Ray would hand them back (its faults: test_engine_faults)
     fake.call = lambda method, calls, *_, **__: {i: getattr(fake.handles[i], method).remote() for i in calls}
     assert Engines.sleep(fake) == {"gpu:a": 35 * gib, "gpu:b": 5 * gib}
+
+
+# --- what an engine is started with beyond the plan -------------------------------------------------------
+def test_an_engine_over_several_nodes_goes_without_custom_all_reduce():
+    from trainer.engines import span_kwargs
+
+    assert span_kwargs(["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]) == {"disable_custom_all_reduce": True}
+    assert span_kwargs(["10.0.0.1", "10.0.0.1"]) == {}
+    assert span_kwargs(["?"]) == {}
+
+
+def test_engines_on_one_node_search_their_ports_from_stretches_of_their_own():
+    from trainer.engines import engine_ports
+
+    # 4 engines of TP 1 on one node (7b-ppo on 4 GPUs), the miniature's range 9730-9749: vLLM's half is 10 ports
+    assert engine_ports(["a"] * 4, (9730, 9749)) == [9730, 9732, 9734, 9736]
+    # two nodes of 8 engines (7b-ppo as the seed runs it), the default range 8120-8199: per node, not per job
+    ports = engine_ports(["a"] * 8 + ["b"] * 8, (8120, 8199))
+    assert ports[:8] == ports[8:] == [8120 + 5 * k for k in range(8)]
+    assert len(set(ports[:8])) == 8 and max(ports) < 8160  # the top half stays the trainer's stores'
+    # more engines on a node than ports in vLLM's half: each still starts its search at a port of its own
+    assert engine_ports(["a"] * 3, (9000, 9001)) == [9000, 9001, 9002]
+    assert engine_ports(["a", "b"], None) == [None, None]
+
+
+def test_the_rendezvous_range_is_read_once_for_the_stores_and_the_engines(monkeypatch):
+    from trainer.actors.group import RENDEZVOUS_PORTS_ENV, rendezvous_range
+
+    monkeypatch.setenv(RENDEZVOUS_PORTS_ENV, "8120-8199")
+    assert rendezvous_range() == (8120, 8199)
+    monkeypatch.delenv(RENDEZVOUS_PORTS_ENV)
+    assert rendezvous_range() is None
+    with pytest.raises(RuntimeError, match=r"RLRUN_RENDEZVOUS_PORTS='8199-8120': expected FIRST-LAST"):
+        rendezvous_range("8199-8120")

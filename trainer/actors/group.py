@@ -90,6 +90,19 @@ def bundle_nodes(pg: PlacementGroup) -> list[str]:
 RENDEZVOUS_PORTS_ENV = "RLRUN_RENDEZVOUS_PORTS"
 
 
+def rendezvous_range(spec: str | None = None) -> tuple[int, int] | None:
+    """The cluster's rendezvous range ``(first, last)`` from ``spec`` (default $RLRUN_RENDEZVOUS_PORTS);
+    None where it is not set (a job on a plain Ray, without rlrun's node env)."""
+    spec = (os.environ.get(RENDEZVOUS_PORTS_ENV, "") if spec is None else spec).strip()
+    if not spec:
+        return None
+    low, sep, high = spec.partition("-")
+    if not (sep and low.isdigit() and high.isdigit() and 1 <= int(low) <= int(high) <= 65535):
+        raise RuntimeError(f"{RENDEZVOUS_PORTS_ENV}={spec!r}: expected FIRST-LAST, e.g. 8120-8199 "
+                           "(cluster__rendezvous_min_port, cluster__rendezvous_max_port)")
+    return int(low), int(high)
+
+
 def rendezvous_listener(ip: str) -> socket.socket:
     """A listening TCP socket on `ip` for a torch.distributed store: on the highest free port of
     $RLRUN_RENDEZVOUS_PORTS (vLLM takes that range from its bottom), or on any free port without it.
@@ -97,14 +110,8 @@ def rendezvous_listener(ip: str) -> socket.socket:
     Bound to the node address only, not to every interface; the store serves on this very socket
     (``TCPStore(master_listen_fd=...)``), so no other process can take the port in between."""
     spec = os.environ.get(RENDEZVOUS_PORTS_ENV, "").strip()
-    if spec:
-        low, sep, high = spec.partition("-")
-        if not (sep and low.isdigit() and high.isdigit() and 1 <= int(low) <= int(high) <= 65535):
-            raise RuntimeError(f"{RENDEZVOUS_PORTS_ENV}={spec!r}: expected FIRST-LAST, e.g. 8120-8199 "
-                               "(cluster__rendezvous_min_port, cluster__rendezvous_max_port)")
-        ports = range(int(high), int(low) - 1, -1)
-    else:
-        ports = range(0, 1)  # any free port (a job on a plain Ray, without rlrun's node env)
+    span = rendezvous_range(spec)
+    ports = range(span[1], span[0] - 1, -1) if span else range(0, 1)  # without the range: any free port
     for port in ports:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
