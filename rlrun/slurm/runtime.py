@@ -31,6 +31,7 @@ from rlrun.errors import RlrunError
 from rlrun.nodecheck import read_token_file
 from rlrun.slurm import ports as P
 from rlrun.slurm.spec import PORT_VARS
+from trainer.files import replace_file
 
 
 def cmd_ports(args) -> None:
@@ -164,21 +165,13 @@ def cmd_inventory(args) -> None:
     header = (f"# The Ray cluster of Slurm job {args.job_id}, written by its sbatch script (rlrun slurm).\n"
               "# `rlrun -i THIS_DIR status|submit|list|logs|stop` talk to it; it lives as long as the job.\n"
               "# Not for ansible-playbook: Slurm, not Ansible, runs these nodes.\n")
-    _write_private(root / "hosts.yml", header + yaml.safe_dump(inv, sort_keys=False))
-    _write_private(root / "group_vars" / "all" / "main.yml", header + yaml.safe_dump(group_vars, sort_keys=False))
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    replace_file(root / "hosts.yml", header + yaml.safe_dump(inv, sort_keys=False), 0o600)
+    replace_file(root / "group_vars" / "all" / "main.yml", header + yaml.safe_dump(group_vars, sort_keys=False), 0o600)
 
 
 def _copy_private(src: Path, dst: Path) -> None:
     try:
-        _write_private(dst, src.read_text(encoding="utf-8"))
+        replace_file(dst, src.read_text(encoding="utf-8"), 0o600)
     except OSError as exc:
         raise RlrunError(f"cannot copy {src} to {dst}: {exc.strerror}") from None
 
@@ -195,7 +188,7 @@ def cmd_record(args) -> None:
             raise RlrunError(f"{item!r}: expected KEY=VALUE")
         data[key] = int(value) if value.lstrip("-").isdigit() and key != "nodes" else value
     data["updated"] = time.time()
-    _write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    replace_file(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o600)
 
 
 def main(argv: list[str] | None = None) -> int:
