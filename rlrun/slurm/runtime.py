@@ -29,6 +29,7 @@ import yaml
 from rlrun.dashboard import list_nodes, reward_health
 from rlrun.errors import RlrunError
 from rlrun.nodecheck import read_token_file
+from rlrun.procs import alive
 from rlrun.slurm import ports as P
 from rlrun.slurm.spec import PORT_VARS
 from trainer.files import replace_file
@@ -72,15 +73,15 @@ def cmd_wait(args) -> None:
     last = "no answer yet"
     while True:
         for pid, label in watch.items():
-            if not _alive(pid):
+            if not alive(pid):
                 raise RlrunError(f"{label} ended before the cluster was up (its output is above)")
         if waiting_nodes:
             try:
-                alive = {n.node_ip for n in list_nodes(args.dashboard, token, timeout=5.0) if n.alive}
-                for ip in [ip for ip in waiting_nodes if ip in alive]:
+                up = {n.node_ip for n in list_nodes(args.dashboard, token, timeout=5.0) if n.alive}
+                for ip in [ip for ip in waiting_nodes if ip in up]:
                     print(f"node {ip} alive after {time.monotonic() - started:.1f} s", flush=True)
                     waiting_nodes.remove(ip)
-                last = f"alive: {sorted(alive)}"
+                last = f"alive: {sorted(up)}"
             except RlrunError as exc:
                 last = str(exc)
                 if "refused the token" in last:
@@ -98,19 +99,6 @@ def cmd_wait(args) -> None:
             raise RlrunError(f"after {args.timeout:.0f} s still waiting for nodes {waiting_nodes} and reward "
                              f"services {waiting_rewards} ({last})")
         time.sleep(0.5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _pair(text: str) -> tuple[str, str]:
