@@ -7,6 +7,6 @@ share (flags, token, Flask app, gunicorn) is trainer.services.
 """
 
 from trainer.reward.server.app import create_app
-from trainer.reward.server.config import ConfigError, ServerConfig
+from trainer.reward.server.config import ServerConfig, ServiceConfigError
 
-__all__ = ["ConfigError", "ServerConfig", "create_app"]
+__all__ = ["ServiceConfigError", "ServerConfig", "create_app"]
