@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from rlrun.procs import alive
+from trainer.procs import alive
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -29,10 +29,10 @@ import yaml
 from rlrun.dashboard import list_nodes, reward_health
 from rlrun.errors import RlrunError
 from rlrun.nodecheck import read_token_file
-from rlrun.procs import alive
 from rlrun.slurm import ports as P
 from rlrun.slurm.spec import PORT_VARS
 from trainer.files import replace_file
+from trainer.procs import alive
 
 
 def cmd_ports(args) -> None:

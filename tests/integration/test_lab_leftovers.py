@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rlrun.procs import alive
 from tests.lab.netns import Lab, LabError, find_holder, holder_alive, holder_record
 from tests.lab.slurm import SlurmLab, SlurmLabError
+from trainer.procs import alive
 
 pytestmark = pytest.mark.integration
 

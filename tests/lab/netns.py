@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrun.procs import alive, stat_field
+from trainer.procs import alive, stat_field
 
 SSHD = "/usr/sbin/sshd"
 SSH_PORT = 22

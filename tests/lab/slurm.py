@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrun.procs import alive
+from trainer.procs import alive
 
 if __package__:
     from tests.lab import netns

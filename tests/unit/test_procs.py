@@ -1,4 +1,4 @@
-"""rlrun/procs.py: the one answer to "does process PID still run" (the Slurm job's wait, the labs, the benchmarks)."""
+"""trainer/procs.py: the one answer to "does process PID still run" (the Slurm job's wait, the labs, the benchmarks)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from rlrun import procs
-from rlrun.procs import alive, stat_field
+from trainer import procs
+from trainer.procs import alive, stat_field
 
 
 def _zombie() -> subprocess.Popen:

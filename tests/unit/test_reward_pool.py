@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlrun.procs import alive, stat_fields
+from trainer.procs import alive, stat_fields
 from trainer.reward.math import Reason, verify_answer
 from trainer.reward.pool import VerifyPool, VerifyPoolError
 

@@ -1,7 +1,8 @@
 """Processes by PID: whether one still runs, and the fields of its /proc/PID/stat.
 
-One answer for every caller (the Slurm job's wait for its node steps, rlrun/slurm/runtime.py; the test labs'
-holders and leftovers, tests/lab/; the benchmarks). Standard library only.
+One answer for every caller (the reward pool's CPU clock, trainer/reward/pool.py; the Slurm job's wait for its
+node steps, rlrun/slurm/runtime.py; the test labs' holders and leftovers, tests/lab/; the benchmarks). Standard
+library only.
 """
 
 from __future__ import annotations
