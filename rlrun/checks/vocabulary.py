@@ -69,6 +69,7 @@ class PortRange:
     last: str
     min_span: int
     why: str
+    kernel: bool = False  # the kernel's (ephemeral): the cluster's processes take no port of it
 
 
 @functools.cache
@@ -88,7 +89,8 @@ def node_ports() -> tuple[str, ...]:
 
 def port_ranges() -> tuple[PortRange, ...]:
     """The ranges of a Ray node, worker first (roles/cluster's cluster__port_range_specs)."""
-    return tuple(PortRange(name, spec["vars"][0], spec["vars"][1], int(spec["min_span"]), spec["why"])
+    return tuple(PortRange(name, spec["vars"][0], spec["vars"][1], int(spec["min_span"]), spec["why"],
+                           spec.get("kernel") is True)
                  for name, spec in _cluster_vars()["cluster__port_range_specs"].items())
 
 

@@ -2,7 +2,9 @@
 
     ports      --job-id N [--port-window LO-HI] [--port-block N] [--deny-ports LIST]
                print the job's port block as PORT_NAME=PORT lines (rlrun.slurm.ports)
-    free       --address IP PORT...      exit 1 naming the first port something on IP already holds
+    free       --address IP [--of head|node|reward]... [PORT]...
+               exit 1 naming the first port something on IP already holds (--of: the fixed ports of the job's
+               block a head, every Ray node, the reward service hold, from $PORT_*)
     wait       --dashboard URL [--node-ip IP]... [--reward-url URL]... [--watch PID=LABEL]... [--timeout S]
                wait until every node is alive and every reward service answers /health_check; fail at
                once when a watched process (a node's srun step) has ended. Token: $RLRUN_TOKEN_FILE.
@@ -30,7 +32,6 @@ from rlrun.dashboard import list_nodes, reward_health
 from rlrun.errors import RlrunError
 from rlrun.nodecheck import read_token_file
 from rlrun.slurm import ports as P
-from rlrun.slurm.spec import PORT_VARS
 from trainer.files import replace_file
 from trainer.procs import alive
 
@@ -43,7 +44,14 @@ def cmd_ports(args) -> None:
 
 
 def cmd_free(args) -> None:
-    for port in args.ports:
+    ports = list(args.ports)
+    for of in args.of:
+        for name in P.layout().shell_ports(of):
+            value = os.environ.get(name, "")
+            if not value.isdigit():
+                raise RlrunError(f"${name} = {value!r}: expected the job's port (set by the sbatch script)")
+            ports.append(int(value))
+    for port in ports:
         port_free(args.address, port)
 
 
@@ -110,7 +118,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 def cmd_inventory(args) -> None:
     ports = {}
-    for var, name in PORT_VARS.items():
+    for var, name in P.layout().shell_names().items():
         value = os.environ.get(name, "")
         if not value.isdigit():
             raise RlrunError(f"${name} = {value!r}: expected the job's port (set by the sbatch script)")
@@ -190,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deny-ports", default=None)
     p = sub.add_parser("free")
     p.add_argument("--address", required=True)
-    p.add_argument("ports", type=int, nargs="+")
+    p.add_argument("--of", action="append", default=[], choices=("head", "node", "reward"),
+                   help="the fixed ports of the job's port block this holds ($PORT_*)")
+    p.add_argument("ports", type=int, nargs="*")
     p = sub.add_parser("wait")
     p.add_argument("--dashboard", required=True)
     p.add_argument("--node-ip", action="append", default=[])

@@ -3,9 +3,13 @@ different for jobs that run at the same time."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rlrun.slurm import ports as P
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_default_block_is_below_the_ephemeral_range_and_clear_of_the_deny_list():
@@ -32,9 +36,31 @@ def test_jobs_running_together_get_disjoint_blocks_and_the_block_repeats_after_a
 def test_the_layout_keeps_the_fixed_ports_before_the_worker_range():
     block = P.block_for_job(7, ephemeral=32768)
     ports = block.ports()
-    assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 9
-    assert ports["PORT_WORKER_MIN"] == block.base + 16 and ports["PORT_WORKER_MAX"] == block.base + 255
+    # the head's five, every node's six, the reward service's; then the rendezvous range, then the workers'
+    assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 11
+    assert ports["PORT_RENDEZVOUS_MIN"] == block.base + 16 and ports["PORT_RENDEZVOUS_MAX"] == block.base + 25
+    assert ports["PORT_WORKER_MIN"] == block.base + 26 and ports["PORT_WORKER_MAX"] == block.base + 255
     assert len(set(ports.values())) == len(ports)
+
+
+def test_the_block_holds_every_port_and_range_of_the_cluster_contract():
+    """What a Slurm job's block holds is the contract's (roles/cluster/vars/main.yml), not a list of its own: the
+    head's Prometheus ports and the rendezvous range, which a restated list had left fixed, are the job's too."""
+    import yaml
+
+    from rlrun.slurm.spec import PORT_VARS
+
+    contract = yaml.safe_load((ROOT / "roles" / "cluster" / "vars" / "main.yml").read_text())
+    wanted = {*contract["cluster__ray_head_ports"], *contract["cluster__ray_node_ports"], "cluster__reward_port"}
+    for spec in contract["cluster__port_range_specs"].values():
+        if not spec.get("kernel"):
+            wanted |= set(spec["vars"])
+    assert set(PORT_VARS) == wanted
+    assert {"cluster__ray_dashboard_metrics_port", "cluster__rendezvous_min_port"} <= set(PORT_VARS)
+    assert set(PORT_VARS.values()) == set(P.block_for_job(3, ephemeral=32768).ports())
+    smallest = P.FIXED + sum(int(s["min_span"]) for s in contract["cluster__port_range_specs"].values()
+                             if not s.get("kernel"))
+    assert P.layout().smallest == smallest
 
 
 def test_a_low_ephemeral_range_shrinks_the_window():
@@ -51,7 +77,8 @@ def test_a_denied_port_moves_the_next_block_past_it():
     (lambda: P.parse_ranges("29400-x"), "--deny-ports '29400-x': expected PORT or LOW-HIGH"),
     (lambda: P.parse_ranges("70000"), "expected ports 1-65535"),
     (lambda: P.parse_window("20000"), "expected one range LOW-HIGH"),
-    (lambda: P.block_bases(size=50), "--port-block 50: at least 116 ports"),
+    (lambda: P.block_bases(size=50), "--port-block 50: at least 126 ports (16 for the fixed ports, 10 for "
+                                     "rendezvous, 100 for worker"),
     (lambda: P.block_bases(window=(80, 5000)), "ports below 1024 need root"),
     (lambda: P.block_bases(window=(40000, 50000), ephemeral=32768), "no block of 256 ports fits the window"),
     (lambda: P.block_for_job(-1), "job id -1: expected a non-negative Slurm job id"),

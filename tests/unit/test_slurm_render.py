@@ -13,7 +13,7 @@ import pytest
 from rlrun.cli import main
 from rlrun.errors import RlrunError
 from rlrun.slurm.script import JobOptions, render
-from rlrun.slurm.spec import evaluate, substitute
+from rlrun.slurm.spec import evaluate, ph, substitute
 from tests.conftest import PROJECT, write_inventory
 
 SEED_AMD = {  # the seed runbook's ROCm/RCCL settings (seeds/001), as accel_env variables
@@ -74,11 +74,23 @@ def test_placeholders_substitute_back_to_a_hosts_values():
     spec = evaluate(PROJECT / "inventory")
     argv = [substitute(a, {"NODE_IP": "10.0.0.5", "HEAD_IP": "10.0.0.1", "PORT_GCS": "17000", "TEMP_DIR": "/t",
                            "SPILL_DIR": "/s", "NUM_CPUS": "4", **{k: "1" for k in (
-                               "PORT_NODE_MANAGER", "PORT_OBJECT_MANAGER", "PORT_AGENT_HTTP", "PORT_AGENT_GRPC",
-                               "PORT_RUNTIME_ENV", "PORT_METRICS", "PORT_WORKER_MIN", "PORT_WORKER_MAX")}})
+                               "PORT_NODE_MANAGER", "PORT_OBJECT_MANAGER", "PORT_DASHBOARD_AGENT_LISTEN",
+                               "PORT_DASHBOARD_AGENT_GRPC", "PORT_RUNTIME_ENV_AGENT", "PORT_METRICS_EXPORT",
+                               "PORT_WORKER_MIN", "PORT_WORKER_MAX")}})
             for a in spec.worker_argv]
     assert argv[argv.index("--address") + 1] == "10.0.0.1:17000"
     assert argv[argv.index("--num-cpus") + 1] == "4"
+
+
+def test_the_rendezvous_range_is_the_jobs_own_and_the_head_checks_all_its_ports():
+    """Jobs sharing a node each get their own rendezvous range: the Ray env file takes it from the job's port
+    block, not the inventory's (a restated port list had left it out); a node step checks every fixed port of the
+    block its role holds is free, the head's Prometheus ports included."""
+    spec = evaluate(PROJECT / "inventory")
+    assert f"RLRUN_RENDEZVOUS_PORTS='{ph('PORT_RENDEZVOUS_MIN')}-{ph('PORT_RENDEZVOUS_MAX')}'" in spec.ray_env
+    assert f"VLLM_PORT='{ph('PORT_RENDEZVOUS_MIN')}'" in spec.ray_env
+    script = _render(PROJECT / "inventory")
+    assert "runtime free --address \"$NODE_IP\" --of reward" in script and "of+=(--of head)" in script
 
 
 def test_every_bad_option_is_named_at_once():
