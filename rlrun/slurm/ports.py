@@ -15,8 +15,9 @@ What a block holds is the cluster contract's, read through rlrun/contract.py
 every fixed port of a head that also serves rewards (``cluster__ray_head_ports``,
 ``cluster__ray_node_ports``, ``cluster__reward_port``, in that order from the
 block's base), then, from ``base + FIXED``, each port range the roles pin but the
-kernel's (``cluster__port_range_specs``: the rendezvous range, its fewest ports),
-and the worker range to the block's end. A port or range the contract gains gets
+kernel's (``cluster__port_range_specs``: the rendezvous range, as wide as the
+contract's default one, 80 ports: the jobs' stores and vLLM's ports share it), and
+the worker range (its fewest ports at least) to the block's end. A port or range the contract gains gets
 its place in the block without a change here. Each has a shell variable, named
 from its role variable: ``cluster__ray_gcs_port`` is ``PORT_GCS``,
 ``cluster__reward_port`` ``PORT_REWARD``, the worker range ``PORT_WORKER_MIN`` and
@@ -78,6 +79,7 @@ def _shell(var: str) -> str:
 def layout() -> Layout:
     """The block's layout, read from the cluster contract (see the module docstring)."""
     from rlrun.checks import vocabulary as V  # the contract, as the checks read it
+    from rlrun.contract import role_file
 
     head, node = V.head_ports(), V.node_ports()
     fixed_vars = [*head, *node, V.N.reward_port]
@@ -86,7 +88,14 @@ def layout() -> Layout:
                         "Slurm job's port block keeps for them: raise rlrun/slurm/ports.py's FIXED")
     ranges = [r for r in V.port_ranges() if not r.kernel]
     worker = next(r for r in ranges if r.first == V.N.min_worker_port)
-    specs = [((r.first, r.last), (f"PORT_{r.name.upper()}_MIN", f"PORT_{r.name.upper()}_MAX"), r.min_span)
+    defaults = role_file("cluster", "defaults")
+
+    def span(r) -> int:  # as wide as the contract's default range, the fewest ports at least
+        low, high = defaults.get(r.first), defaults.get(r.last)
+        return max(r.min_span, high - low + 1) if isinstance(low, int) and isinstance(high, int) else r.min_span
+
+    specs = [((r.first, r.last), (f"PORT_{r.name.upper()}_MIN", f"PORT_{r.name.upper()}_MAX"),
+              r.min_span if r is worker else span(r))
              for r in [*(r for r in ranges if r is not worker), worker]]
     return Layout(fixed={var: (_shell(var), i) for i, var in enumerate(fixed_vars)}, ranges=tuple(specs),
                   held_by={"head": tuple(head), "node": tuple(node), "reward": (V.N.reward_port,)})

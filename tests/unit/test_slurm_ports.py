@@ -36,10 +36,11 @@ def test_jobs_running_together_get_disjoint_blocks_and_the_block_repeats_after_a
 def test_the_layout_keeps_the_fixed_ports_before_the_worker_range():
     block = P.block_for_job(7, ephemeral=32768)
     ports = block.ports()
-    # the head's five, every node's six, the reward service's; then the rendezvous range, then the workers'
+    # the head's five, every node's six, the reward service's; then the rendezvous range (as wide as the contract's
+    # default: 80), then the workers'
     assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 11
-    assert ports["PORT_RENDEZVOUS_MIN"] == block.base + 16 and ports["PORT_RENDEZVOUS_MAX"] == block.base + 25
-    assert ports["PORT_WORKER_MIN"] == block.base + 26 and ports["PORT_WORKER_MAX"] == block.base + 255
+    assert ports["PORT_RENDEZVOUS_MIN"] == block.base + 16 and ports["PORT_RENDEZVOUS_MAX"] == block.base + 95
+    assert ports["PORT_WORKER_MIN"] == block.base + 96 and ports["PORT_WORKER_MAX"] == block.base + 255
     assert len(set(ports.values())) == len(ports)
 
 
@@ -58,9 +59,10 @@ def test_the_block_holds_every_port_and_range_of_the_cluster_contract():
     assert set(PORT_VARS) == wanted
     assert {"cluster__ray_dashboard_metrics_port", "cluster__rendezvous_min_port"} <= set(PORT_VARS)
     assert set(PORT_VARS.values()) == set(P.block_for_job(3, ephemeral=32768).ports())
-    smallest = P.FIXED + sum(int(s["min_span"]) for s in contract["cluster__port_range_specs"].values()
-                             if not s.get("kernel"))
-    assert P.layout().smallest == smallest
+    defaults = yaml.safe_load((ROOT / "roles" / "cluster" / "defaults" / "main.yml").read_text())
+    rendezvous = defaults["cluster__rendezvous_max_port"] - defaults["cluster__rendezvous_min_port"] + 1
+    worker = contract["cluster__port_range_specs"]["worker"]["min_span"]
+    assert P.layout().smallest == P.FIXED + rendezvous + worker
 
 
 def test_a_low_ephemeral_range_shrinks_the_window():
@@ -77,7 +79,7 @@ def test_a_denied_port_moves_the_next_block_past_it():
     (lambda: P.parse_ranges("29400-x"), "--deny-ports '29400-x': expected PORT or LOW-HIGH"),
     (lambda: P.parse_ranges("70000"), "expected ports 1-65535"),
     (lambda: P.parse_window("20000"), "expected one range LOW-HIGH"),
-    (lambda: P.block_bases(size=50), "--port-block 50: at least 126 ports (16 for the fixed ports, 10 for "
+    (lambda: P.block_bases(size=50), "--port-block 50: at least 196 ports (16 for the fixed ports, 80 for "
                                      "rendezvous, 100 for worker"),
     (lambda: P.block_bases(window=(80, 5000)), "ports below 1024 need root"),
     (lambda: P.block_bases(window=(40000, 50000), ephemeral=32768), "no block of 256 ports fits the window"),
