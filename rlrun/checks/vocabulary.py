@@ -69,7 +69,6 @@ class PortRange:
     last: str
     min_span: int
     why: str
-    kernel: bool = False  # the kernel's (ephemeral): the cluster's processes take no port of it
 
 
 @functools.cache
@@ -89,8 +88,7 @@ def node_ports() -> tuple[str, ...]:
 
 def port_ranges() -> tuple[PortRange, ...]:
     """The ranges of a Ray node, worker first (roles/cluster's cluster__port_range_specs)."""
-    return tuple(PortRange(name, spec["vars"][0], spec["vars"][1], int(spec["min_span"]), spec["why"],
-                           spec.get("kernel") is True)
+    return tuple(PortRange(name, spec["vars"][0], spec["vars"][1], int(spec["min_span"]), spec["why"])
                  for name, spec in _cluster_vars()["cluster__port_range_specs"].items())
 
 

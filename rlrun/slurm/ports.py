@@ -14,14 +14,14 @@ What a block holds is the cluster contract's, read through rlrun/contract.py
 (roles/cluster/vars/main.yml, as rlrun/checks/vocabulary.py gives it): a port for
 every fixed port of a head that also serves rewards (``cluster__ray_head_ports``,
 ``cluster__ray_node_ports``, ``cluster__reward_port``, in that order from the
-block's base), then, from ``base + FIXED``, each port range the roles pin but the
-kernel's (``cluster__port_range_specs``: the rendezvous range, as wide as the
-contract's default one, 80 ports: the jobs' stores and vLLM's ports share it), and
-the worker range (its fewest ports at least) to the block's end. A port or range the contract gains gets
-its place in the block without a change here. Each has a shell variable, named
-from its role variable: ``cluster__ray_gcs_port`` is ``PORT_GCS``,
+block's base; a port the contract gains gets its place without a change here),
+then, from ``base + FIXED`` to the block's end, the worker range
+(``cluster__ray_min_worker_port`` .. ``cluster__ray_max_worker_port``, its fewest
+ports from ``cluster__port_range_specs``). Each has a shell variable, named from
+its role variable: ``cluster__ray_gcs_port`` is ``PORT_GCS``,
 ``cluster__reward_port`` ``PORT_REWARD``, the worker range ``PORT_WORKER_MIN`` and
-``PORT_WORKER_MAX``.
+``PORT_WORKER_MAX``. The other ranges (the jobs' rendezvous range, the kernel's
+ephemeral range) are the inventory's, as on a cluster the roles start.
 """
 
 from __future__ import annotations
@@ -40,30 +40,27 @@ DEFAULT_DENY = {
     "20048": "NFS mountd",
     "23456": "torch.distributed examples' init_method port",
 }
-FIXED = 16  # places for fixed ports before the ranges (12 used, 4 spare: a new fixed port moves no range)
+FIXED = 16  # places for fixed ports before the worker range (12 used, 4 spare: a new port moves no range)
 
 
 @dataclass(frozen=True)
 class Layout:
     """The block's places, from the cluster contract: role variable -> (shell variable, offset from the base) for
-    the fixed ports; the ranges' (first, last) role and shell variables with their fewest ports, the worker range
-    last (it takes the rest of the block)."""
+    the fixed ports; the worker range's (first, last) role variables, shell variables and fewest ports."""
 
     fixed: dict[str, tuple[str, int]]
-    ranges: tuple[tuple[tuple[str, str], tuple[str, str], int], ...]
+    worker: tuple[tuple[str, str], tuple[str, str], int]
     held_by: dict[str, tuple[str, ...]]  # head | node | reward -> the role variables of the ports it holds
 
     @property
     def smallest(self) -> int:
         """The fewest ports a block may have."""
-        return FIXED + sum(span for _, _, span in self.ranges)
+        return FIXED + self.worker[2]
 
     def shell_names(self) -> dict[str, str]:
         """Role variable -> shell variable, for every port and range end of the block."""
-        names = {var: name for var, (name, _) in self.fixed.items()}
-        for role_vars, shell, _ in self.ranges:
-            names.update(zip(role_vars, shell, strict=True))
-        return names
+        return {**{var: name for var, (name, _) in self.fixed.items()},
+                **dict(zip(self.worker[0], self.worker[1], strict=True))}
 
     def shell_ports(self, of: str) -> list[str]:
         """The shell variables of the fixed ports a head (its own), every Ray node, or the reward service hold."""
@@ -79,25 +76,15 @@ def _shell(var: str) -> str:
 def layout() -> Layout:
     """The block's layout, read from the cluster contract (see the module docstring)."""
     from rlrun.checks import vocabulary as V  # the contract, as the checks read it
-    from rlrun.contract import role_file
 
     head, node = V.head_ports(), V.node_ports()
     fixed_vars = [*head, *node, V.N.reward_port]
     if len(fixed_vars) > FIXED:
         raise PortError(f"the cluster contract has {len(fixed_vars)} fixed ports, more than the {FIXED} places a "
                         "Slurm job's port block keeps for them: raise rlrun/slurm/ports.py's FIXED")
-    ranges = [r for r in V.port_ranges() if not r.kernel]
-    worker = next(r for r in ranges if r.first == V.N.min_worker_port)
-    defaults = role_file("cluster", "defaults")
-
-    def span(r) -> int:  # as wide as the contract's default range, the fewest ports at least
-        low, high = defaults.get(r.first), defaults.get(r.last)
-        return max(r.min_span, high - low + 1) if isinstance(low, int) and isinstance(high, int) else r.min_span
-
-    specs = [((r.first, r.last), (f"PORT_{r.name.upper()}_MIN", f"PORT_{r.name.upper()}_MAX"),
-              r.min_span if r is worker else span(r))
-             for r in [*(r for r in ranges if r is not worker), worker]]
-    return Layout(fixed={var: (_shell(var), i) for i, var in enumerate(fixed_vars)}, ranges=tuple(specs),
+    worker = next(r for r in V.port_ranges() if r.first == V.N.min_worker_port)
+    return Layout(fixed={var: (_shell(var), i) for i, var in enumerate(fixed_vars)},
+                  worker=((worker.first, worker.last), ("PORT_WORKER_MIN", "PORT_WORKER_MAX"), worker.min_span),
                   held_by={"head": tuple(head), "node": tuple(node), "reward": (V.N.reward_port,)})
 
 
@@ -143,33 +130,27 @@ class PortBlock:
 
     @property
     def worker_min(self) -> int:
-        return self.ports()[layout().ranges[-1][1][0]]
+        return self.base + FIXED
 
     @property
     def worker_max(self) -> int:
         return self.base + self.size - 1
 
     def ports(self) -> dict[str, int]:
-        """Shell variable -> port, the ranges' ends included."""
-        out = {name: self.base + offset for name, offset in layout().fixed.values()}
-        first = self.base + FIXED
-        for _, (low, high), span in layout().ranges[:-1]:
-            out[low], out[high] = first, first + span - 1
-            first += span
-        (low, high) = layout().ranges[-1][1]
-        out[low], out[high] = first, self.worker_max
-        return out
+        """Shell variable -> port, the worker range's ends included."""
+        low, high = layout().worker[1]
+        return {**{name: self.base + offset for name, offset in layout().fixed.values()},
+                low: self.worker_min, high: self.worker_max}
 
 
 def block_bases(window: tuple[int, int] = DEFAULT_WINDOW, size: int = DEFAULT_BLOCK,
                 deny: list[tuple[int, int]] | None = None, ephemeral: int | None = None) -> list[int]:
     """The bases of every block that fits the window, stays below the ephemeral range and touches no
     denied port, in order."""
-    smallest = layout().smallest
+    smallest, workers = layout().smallest, layout().worker[2]
     if size < smallest:
-        ranges = ", ".join(f"{span} for {shell[0][5:-4].lower()}" for _, shell, span in layout().ranges)
-        raise PortError(f"--port-block {size}: at least {smallest} ports ({FIXED} for the fixed ports, {ranges}: "
-                        "the cluster contract's ranges)")
+        raise PortError(f"--port-block {size}: at least {smallest} ports ({FIXED} fixed and {workers} for Ray's "
+                        "worker processes)")
     low, high = window
     if low < 1024:
         raise PortError(f"--port-window {low}-{high}: ports below 1024 need root; start at 1024 or above")

@@ -36,33 +36,27 @@ def test_jobs_running_together_get_disjoint_blocks_and_the_block_repeats_after_a
 def test_the_layout_keeps_the_fixed_ports_before_the_worker_range():
     block = P.block_for_job(7, ephemeral=32768)
     ports = block.ports()
-    # the head's five, every node's six, the reward service's; then the rendezvous range (as wide as the contract's
-    # default: 80), then the workers'
+    # the head's five, every node's six, then the reward service's (the contract's order)
     assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 11
-    assert ports["PORT_RENDEZVOUS_MIN"] == block.base + 16 and ports["PORT_RENDEZVOUS_MAX"] == block.base + 95
-    assert ports["PORT_WORKER_MIN"] == block.base + 96 and ports["PORT_WORKER_MAX"] == block.base + 255
+    assert ports["PORT_WORKER_MIN"] == block.base + 16 and ports["PORT_WORKER_MAX"] == block.base + 255
     assert len(set(ports.values())) == len(ports)
 
 
-def test_the_block_holds_every_port_and_range_of_the_cluster_contract():
+def test_the_block_holds_every_fixed_port_of_the_cluster_contract():
     """What a Slurm job's block holds is the contract's (roles/cluster/vars/main.yml), not a list of its own: the
-    head's Prometheus ports and the rendezvous range, which a restated list had left fixed, are the job's too."""
+    head's two Prometheus ports, which the restated list had left out, have their place; the worker range's fewest
+    ports are the contract's."""
     import yaml
 
     from rlrun.slurm.spec import PORT_VARS
 
     contract = yaml.safe_load((ROOT / "roles" / "cluster" / "vars" / "main.yml").read_text())
-    wanted = {*contract["cluster__ray_head_ports"], *contract["cluster__ray_node_ports"], "cluster__reward_port"}
-    for spec in contract["cluster__port_range_specs"].values():
-        if not spec.get("kernel"):
-            wanted |= set(spec["vars"])
-    assert set(PORT_VARS) == wanted
-    assert {"cluster__ray_dashboard_metrics_port", "cluster__rendezvous_min_port"} <= set(PORT_VARS)
+    fixed = [*contract["cluster__ray_head_ports"], *contract["cluster__ray_node_ports"], "cluster__reward_port"]
+    worker = contract["cluster__port_range_specs"]["worker"]
+    assert list(PORT_VARS) == [*fixed, *worker["vars"]]
+    assert {"cluster__ray_dashboard_metrics_port", "cluster__ray_autoscaler_metrics_port"} <= set(PORT_VARS)
     assert set(PORT_VARS.values()) == set(P.block_for_job(3, ephemeral=32768).ports())
-    defaults = yaml.safe_load((ROOT / "roles" / "cluster" / "defaults" / "main.yml").read_text())
-    rendezvous = defaults["cluster__rendezvous_max_port"] - defaults["cluster__rendezvous_min_port"] + 1
-    worker = contract["cluster__port_range_specs"]["worker"]["min_span"]
-    assert P.layout().smallest == P.FIXED + rendezvous + worker
+    assert P.layout().smallest == P.FIXED + worker["min_span"]
 
 
 def test_a_low_ephemeral_range_shrinks_the_window():
@@ -79,8 +73,7 @@ def test_a_denied_port_moves_the_next_block_past_it():
     (lambda: P.parse_ranges("29400-x"), "--deny-ports '29400-x': expected PORT or LOW-HIGH"),
     (lambda: P.parse_ranges("70000"), "expected ports 1-65535"),
     (lambda: P.parse_window("20000"), "expected one range LOW-HIGH"),
-    (lambda: P.block_bases(size=50), "--port-block 50: at least 196 ports (16 for the fixed ports, 80 for "
-                                     "rendezvous, 100 for worker"),
+    (lambda: P.block_bases(size=50), "--port-block 50: at least 116 ports"),
     (lambda: P.block_bases(window=(80, 5000)), "ports below 1024 need root"),
     (lambda: P.block_bases(window=(40000, 50000), ephemeral=32768), "no block of 256 ports fits the window"),
     (lambda: P.block_for_job(-1), "job id -1: expected a non-negative Slurm job id"),

@@ -13,7 +13,7 @@ import pytest
 from rlrun.cli import main
 from rlrun.errors import RlrunError
 from rlrun.slurm.script import JobOptions, render
-from rlrun.slurm.spec import evaluate, ph, substitute
+from rlrun.slurm.spec import evaluate, substitute
 from tests.conftest import PROJECT, write_inventory
 
 SEED_AMD = {  # the seed runbook's ROCm/RCCL settings (seeds/001), as accel_env variables
@@ -82,15 +82,12 @@ def test_placeholders_substitute_back_to_a_hosts_values():
     assert argv[argv.index("--num-cpus") + 1] == "4"
 
 
-def test_the_rendezvous_range_is_the_jobs_own_and_the_head_checks_all_its_ports():
-    """Jobs sharing a node each get their own rendezvous range: the Ray env file takes it from the job's port
-    block, not the inventory's (a restated port list had left it out); a node step checks every fixed port of the
-    block its role holds is free, the head's Prometheus ports included."""
-    spec = evaluate(PROJECT / "inventory")
-    assert f"RLRUN_RENDEZVOUS_PORTS='{ph('PORT_RENDEZVOUS_MIN')}-{ph('PORT_RENDEZVOUS_MAX')}'" in spec.ray_env
-    assert f"VLLM_PORT='{ph('PORT_RENDEZVOUS_MIN')}'" in spec.ray_env
+def test_a_node_step_checks_the_ports_its_role_holds():
+    """The script names no port list of its own: each node step asks for the fixed ports of the job's block its
+    role holds (`runtime free --of`, from the contract's layout)."""
     script = _render(PROJECT / "inventory")
     assert "runtime free --address \"$NODE_IP\" --of reward" in script and "of+=(--of head)" in script
+    assert "PORT_AGENT_HTTP" not in script and "PORT_CLIENT\"" not in script
 
 
 def test_every_bad_option_is_named_at_once():
