@@ -19,7 +19,7 @@ import click
 from rlrun.commands import cluster, jobs, plot, presets, slurm, submit
 from rlrun.commands.context import DEFAULT_TIMEOUT, Amount, Context, not_empty
 from rlrun.commands.output import err_console, say
-from rlrun.errors import RlrunError, one_line
+from rlrun.errors import RlrunError, command_error
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI's promise: no traceback, one line
         if os.environ.get("RLRUN_TRACEBACK"):
             raise
-        err_console.print(f"error: {one_line(exc)}", style="red", highlight=False, markup=False, soft_wrap=True)
+        err_console.print(f"error: {command_error(exc)}", style="red", highlight=False, markup=False, soft_wrap=True)
         return 1
     return 0
 

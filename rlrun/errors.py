@@ -41,7 +41,7 @@ def is_vault_error(exc: BaseException) -> bool:
     return False
 
 
-def one_line(exc: BaseException) -> str:
+def command_error(exc: BaseException) -> str:
     """The message for an exception that escaped a command: what happened and what to do, one line
     (no traceback; RLRUN_TRACEBACK=1 shows it)."""
     if is_vault_error(exc):

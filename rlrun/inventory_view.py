@@ -201,6 +201,9 @@ class InventoryView:
     # host -> the play's variables (role defaults and vars, the inventory, role parameters, facts): inside a
     # play, a value on that host is resolved with them instead of the contract's.
     play_vars: dict[str, Any] = field(default_factory=dict)
+    # host -> variables of a role's own that count as set there, whatever set them (the role's defaults, role
+    # parameters, play vars): what a role's assert checks of its inputs (:func:`play_view`'s ``own``).
+    play_set: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def groups(self) -> dict[str, list[str]]:
@@ -230,8 +233,10 @@ class InventoryView:
 
     # --- what the user wrote --------------------------------------------------------------------------
     def raw(self, host: str) -> dict[str, Any]:
-        """The host's variables from the inventory (group_vars, host_vars, hosts file), untemplated."""
-        return self.contract.own(host)
+        """The host's variables from the inventory (group_vars, host_vars, hosts file), untemplated; in a role's
+        view (``play_set``), the role's own variables as the play gives them too."""
+        own = self.contract.own(host)
+        return {**own, **self.play_set[host]} if self.play_set.get(host) else own
 
     def user_set(self, host: str) -> list[str]:
         """Names of the variables the inventory sets for `host` (not Ansible's magic ones)."""
@@ -337,9 +342,23 @@ def read(path: str | os.PathLike, vault_password_file: str | None = None) -> Inv
     return view
 
 
-def play_view(loader, inventory, host: str, variables: dict[str, Any]) -> InventoryView:
+def play_view(loader, inventory, host: str, variables: dict[str, Any], own: tuple[str, ...] = ()) -> InventoryView:
     """The view inside a play, for the checks of `host` (the cluster role's lookup_plugins/cluster_problems.py):
-    the play's inventory, and `host`'s values as the play resolves them (`variables`: its facts included)."""
+    the play's inventory, and `host`'s values as the play resolves them (`variables`: its facts included).
+
+    `own`: names or prefixes (``reward_server__``) of variables a role checks as its inputs: those of them the
+    roles know (defaults, argument specs) count as set with the play's values, wherever the play took them from
+    (the inventory, the role's defaults, role parameters), so that the rules check what the role will use."""
+    from rlrun.checks.vocabulary import defaults, specs  # the checks read this module: imported when used
+
     contract = Contract.from_inventory(loader, inventory, roles=tuple(role_names()))
     root = contract.path if contract.path.is_dir() else contract.path.parent
-    return InventoryView(path=contract.path, root=root, contract=contract, play_vars={host: variables})
+    known = defaults() | set(specs())
+    mine = {var: value for var, value in variables.items() if var in known and owned(var, own)} if own else {}
+    return InventoryView(path=contract.path, root=root, contract=contract, play_vars={host: variables},
+                         play_set={host: mine} if mine else {})
+
+
+def owned(var: str, own: tuple[str, ...]) -> bool:
+    """Whether `var` is one of `own`: a name, or a prefix ending in ``__`` (a role's namespace)."""
+    return any(var == name or (name.endswith("__") and var.startswith(name)) for name in own)

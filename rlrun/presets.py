@@ -40,7 +40,7 @@ import yaml
 
 from rlrun.errors import RlrunError
 from trainer.config import ConfigError, TrainerConfig
-from trainer.config.fields import FlagSpec, derived_names, flag_specs, split_list
+from trainer.config.fields import FlagSpec, derived_names, flag_specs, from_text, split_list
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
 PRESET_KEYS = ("description", "hardware", "make", "base", "config")
@@ -251,39 +251,18 @@ def _unknown_keys(keys: Iterable[str], prefix: str) -> list[str]:
 
 
 def coerce(spec: FlagSpec, value: Any) -> tuple[Any, str | None]:
-    """A YAML or command-line value in the flag's type ('5e-7' -> 5e-07, 'none' -> None, 'a,b' -> list),
-    and what was expected when the text cannot be read as that type.
+    """A YAML or command-line value in the flag's type, read as the trainer reads the flag's text
+    (trainer.config.fields.from_text: '5e-7' -> 5e-07, 'none' -> None, 'a,b' -> a list), and what was expected
+    when the text cannot be read as that type. A value YAML typed already is left as it is.
 
     Only the spelling is handled here: bounds, choices and cross-field rules are the trainer's.
     """
-    if not isinstance(value, str) or spec.base is str and not spec.is_list:
+    if not isinstance(value, str):
         return value, None
-    text = value.strip()
-    if spec.optional and text.lower() in ("none", "null", "~"):
-        return None, None
-    if spec.is_list:
-        return split_list(text), None
-    if spec.is_pair:  # "LOW,HIGH" or "LOW HIGH"
-        parts = text.replace(",", " ").split()
-        try:
-            if len(parts) == 2:
-                return (float(parts[0]), float(parts[1])), None
-        except ValueError:
-            pass
-        return value, spec.describe_type()
     try:
-        if spec.base is bool:
-            low = text.lower()
-            if low not in ("true", "false", "yes", "no", "on", "off", "1", "0"):
-                raise ValueError
-            return low in ("true", "yes", "on", "1"), None
-        if spec.base is int:
-            return int(text), None
-        if spec.base is float:
-            return float(text), None
+        return from_text(spec, value), None
     except ValueError:
-        pass
-    return value, spec.describe_type()
+        return value, spec.describe_type()
 
 
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:

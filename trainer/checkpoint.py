@@ -52,11 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.files import TMP_PREFIX, fsync_path, fsync_tree, replace_dir, replace_file, write_file
+
 LATEST = "latest"
 MARKER = "COMPLETE"
 CLIENT_STATE = "client_state.json"
 UNIVERSAL = "universal"
-TMP_PREFIX = ".tmp-"
 STEP_TAG = re.compile(r"^global_step(\d+)$")
 PAUSE_ENV = "RLRUN_TEST_CHECKPOINT_PAUSE"
 #: A group's ZeRO optimizer file of one rank: (bf16_)zero_pp_rank_<dp rank>_mp_rank_<mp rank>_optim_states.pt
@@ -66,56 +67,6 @@ MARKER_VERSION = 1
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written or loaded, in one line naming it and why."""
-
-
-# --- files, atomically ---------------------------------------------------------------------------------------
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's (or a directory's entries') data to the device."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` and fsync it (the directory entry is the caller's: see :func:`replace_file`)."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file beside it, fsync'd, renamed over it, and the
-    directory fsync'd. A reader sees the old content or the new, never a part."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}")
-    write_file(tmp, text)
-    os.replace(tmp, path)
-    fsync_path(path.parent)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory under ``root`` (what a process wrote there itself)."""
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            fsync_path(Path(dirpath) / name)
-        fsync_path(Path(dirpath))
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Rename the complete directory ``src`` to ``dst``; an existing ``dst`` (a named tag saved again) is moved
-    aside first and removed after, so ``dst`` is always either the old complete one or the new one."""
-    old = None
-    if dst.exists():
-        old = dst.with_name(f"{TMP_PREFIX}{dst.name}-old-{uuid.uuid4().hex[:8]}")
-        os.rename(dst, old)
-    os.rename(src, dst)
-    fsync_path(dst.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --- what is on disk -------------------------------------------------------------------------------------------
@@ -253,7 +204,7 @@ def save(root: Path, tag: str, groups: dict[str, Any], client: dict[str, Any], *
         shutil.rmtree(tmp, ignore_errors=True)  # a failed save leaves nothing behind (a killed one: the next save)
         raise
     target = root / tag
-    _replace_dir(tmp, target)
+    replace_dir(tmp, target)
     if latest:
         replace_file(root / LATEST, tag)
     if keep:
@@ -383,7 +334,7 @@ def to_universal(src: str, out: str) -> None:
             ds_to_universal.main(args)
         write_file(tmp / MARKER, json.dumps({"version": MARKER_VERSION, "source": src}))
         fsync_tree(tmp)
-        _replace_dir(tmp, dst)
+        replace_dir(tmp, dst)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
 

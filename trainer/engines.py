@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainer.deadlines import Fault, wait_all
+from trainer.errors import one_line
 from trainer.experience import shard
 from trainer.placement import Plan
 
@@ -104,20 +105,6 @@ class EngineFailure(Fault):
 
 #: Seconds a liveness ping (before a weight push) may take, at most (a hung engine is replaced, not waited for).
 PING_TIMEOUT = 60.0
-
-
-def one_line(error: BaseException | str, limit: int = 300) -> str:
-    """An error as one short line: a Ray task error's cause (not its remote traceback), type and message."""
-    if isinstance(error, str):
-        text = error
-    else:
-        cause = getattr(error, "cause", None)  # RayTaskError: the exception the actor raised
-        if isinstance(cause, BaseException) and cause is not error:
-            error = cause
-        first = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), "")
-        text = f"{type(error).__name__}: {first}" if first else type(error).__name__
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class Restarts:

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from trainer.files import replace_file
+
 METRICS_TAG = "@metrics"
 PLAN_TAG = "@plan"
 
@@ -121,9 +123,7 @@ class MetricsLogger:
                 if replaced:
                     with open(path.with_name(path.name + ".replaced"), "a", encoding="utf-8") as out:
                         out.writelines(replaced)
-                    tmp = path.with_name(path.name + ".tmp")
-                    tmp.write_text("".join(keep), encoding="utf-8")
-                    tmp.replace(path)
+                    replace_file(path, "".join(keep))
                     note = (f"metrics: {len(replaced)} rows of steps after {resumed_step} (run again now) moved "
                             f"from {path} to {path.name}.replaced")
         self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())

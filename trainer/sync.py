@@ -7,7 +7,7 @@ Two ways to move a policy's weights into the engines:
 - **bucketed broadcast** over a dedicated process group (:func:`make_sync_group`, gloo on CPU, NCCL on GPU)
   that holds only the sender (trainer rank 0, group rank 0) and the engine workers. Parameters are packed
   into flat per-dtype buffers of at most ``bucket_bytes`` (:func:`pack_buckets`): one broadcast per bucket
-  instead of one per tensor (0.70 s -> 0.027 s for a 0.5B model on H200s, see notes/gpu-machine.md).
+  instead of one per tensor (0.70 s -> 0.027 s for a 0.5B model on H200s, see docs/gpu-machine.md).
 
 Wire protocol of :func:`broadcast_buckets` / :func:`iter_received_buckets` (all from ``src``): first the
 stream's plan (an int64 length, then one JSON list of every bucket's dtype, size and manifest, as uint8), then

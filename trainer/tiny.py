@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 from transformers import PreTrainedTokenizerFast
 
+from trainer.files import replace_file
+
 PAD, EOS, UNK, IM_START, IM_END = "<pad>", "<eos>", "<unk>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, EOS, UNK, IM_START, IM_END)
 PUNCTUATION = "\\{}^_/+-*=()[].,:;?!'\"<>|$%&#@~`"
@@ -180,14 +182,19 @@ def math_records(
     return records
 
 
+def records_text(records: Sequence[dict[str, Any]], fmt: DatasetFormat = "jsonl") -> str:
+    """``records`` as the text of a jsonl (one object a line) or json (a list) file."""
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    return json.dumps(list(records), ensure_ascii=False, indent=1)
+
+
 def write_records(path: str | Path, records: Sequence[dict[str, Any]], fmt: DatasetFormat = "jsonl") -> Path:
     """Write ``records`` to ``path`` as a json list, jsonl (one object a line) or parquet (needs pyarrow)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "jsonl":
-        out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    elif fmt == "json":
-        out.write_text(json.dumps(list(records), ensure_ascii=False, indent=1), encoding="utf-8")
+    if fmt in ("jsonl", "json"):
+        out.write_text(records_text(records, fmt), encoding="utf-8")
     elif fmt == "parquet":
         try:
             import pyarrow as pa
@@ -301,8 +308,7 @@ def make_search_data(out_dir: str | Path, **kwargs: Any) -> Path:
     corpus, questions, warm = search_records(**kwargs)
     out.mkdir(parents=True, exist_ok=True)
     for name, records in (("corpus.jsonl", corpus), ("questions.jsonl", questions), ("warmup.jsonl", warm)):
-        tmp = write_records(out / f".{name}.tmp", records, "jsonl")
-        tmp.replace(out / name)
+        replace_file(out / name, records_text(records, "jsonl"))
     return out
 
 

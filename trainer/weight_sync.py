@@ -51,7 +51,8 @@ class WeightSync(abc.ABC):
     def _get(self, refs: list[Any], labels: list[str]) -> list[Any]:
         """``ray.get`` of a push's calls within --generate_timeout; a call that fails or misses it ends the job
         with one line (see the module docstring)."""
-        from trainer.engines import EngineFailure, one_line
+        from trainer.engines import EngineFailure
+        from trainer.errors import one_line
 
         try:
             return wait_all(refs, labels, self.cfg.generate_timeout, f"weight push ({self.name})", diagnose=False)

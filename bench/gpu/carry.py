@@ -2,7 +2,7 @@
 
 The device tool carries at most 64 MiB a call, and the machine keeps ``/tmp`` only while it stays warm
 (~30 s between calls): a large payload travels as chunks of <= 60 MiB, one call each, sent back to back,
-and a later call joins and installs them (notes/gpu-machine.md). Stdlib only: it runs here (Python 3.11)
+and a later call joins and installs them (docs/gpu-machine.md). Stdlib only: it runs here (Python 3.11)
 and on the machine's Python 3.12.
 
     here:   python3 bench/gpu/carry.py pack .gpu-pkg .gpu-carry      # -> .gpu-carry/c00, c01, ...

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from trainer.procs import alive
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -101,22 +103,13 @@ def main() -> int:
         "both faults replaced, the NCCL group formed again after each":
             text.count("replaced: ") == 2 and text.count("weight sync: re-forming the nccl group") == 2,
         "every step has its 16 samples": bool(rows) and all(r["rollout/samples"] == 16 for r in rows),
-        "the faulted engines' processes are gone": all(not _alive(pid) for _, _, pid in faults) and len(faults) == 2,
+        "the faulted engines' processes are gone": all(not alive(pid) for _, _, pid in faults) and len(faults) == 2,
     }
     for what, ok in checks.items():
         print(f"{'OK' if ok else 'FAILED'}: {what}")
     if code != 0:
         print("\n".join(lines[-60:]))
     return 0 if all(checks.values()) else 1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return state not in ("Z", "X")
 
 
 if __name__ == "__main__":

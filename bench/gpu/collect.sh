@@ -35,7 +35,7 @@ if [ ! -f "$dir/vllm/vllm026.tar.xz" ]; then
   rm -rf "$tmp"
 fi
 # What `LLM` imports at run time beyond the image and the ray set (pydantic is there), as pip resolves them
-# for vLLM 0.26's ranges (see notes/gpu-machine.md; openai stays 2.x: 3.x pulls httpx2).
+# for vLLM 0.26's ranges (see docs/gpu-machine.md; openai stays 2.x: 3.x pulls httpx2).
 pipdl -d "$dir/vllm" fastapi==0.136.3 starlette==1.10.0 openai==2.54.0 distro==1.9.0 jiter==0.19.0 \
   sniffio==1.3.1 openai-harmony==0.0.8 msgspec==0.22.0 pyzmq==27.3.0 cbor2==6.3.0 pybase64==1.5.1 \
   cachetools==8.0.1 partial-json-parser==0.2.1.1.post7 llguidance==1.7.6 xgrammar==0.2.7 \

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from rlrun.checks.addresses import check_address, check_addresses
 from rlrun.checks.cluster import check_agreement, check_expected, check_identity
 from rlrun.checks.groups import check_groups
-from rlrun.checks.node import check_accelerator, check_resources
+from rlrun.checks.node import check_accelerator, check_resources, check_vendor
 from rlrun.checks.paths import check_paths
 from rlrun.checks.ports import check_ports
 from rlrun.checks.problems import Problem, Recorder
@@ -59,6 +59,7 @@ def _host(r: Recorder, host: str, roles: Roles) -> None:
     check_address(r, host)
     check_ports(r, host, is_node=roles.node, is_head=roles.head, is_reward=roles.reward, is_retriever=roles.retriever)
     check_paths(r, host, is_node=roles.node)
+    check_vendor(r, host)
     if roles.node:
         check_resources(r, host)
         check_accelerator(r, host)

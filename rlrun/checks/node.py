@@ -43,15 +43,20 @@ def check_resources(r: Recorder, host: str) -> None:
                 r.add(host, N.resources, res, f"resource {name!r} must be a number >= 0")
 
 
-def check_accelerator(r: Recorder, host: str) -> None:
-    raw = r.raw(host)
+def check_vendor(r: Recorder, host: str) -> None:
+    """The accelerator's vendor, on every host of the cluster: python_stack installs the stack for it."""
     vendor = r.value(host, N.accelerator, "cpu")
     if vendor is not UNKNOWN and vendor not in VENDORS:
         text = str(vendor).strip().lower()
         guess = text if text in VENDORS else VENDOR_GUESSES.get(text) or \
             next(iter(difflib.get_close_matches(text, list(VENDORS), n=1, cutoff=0.6)), None)
-        r.add(host, N.accelerator, raw.get(N.accelerator, vendor),
+        r.add(host, N.accelerator, r.raw(host).get(N.accelerator, vendor),
               "must be nvidia, amd or cpu" + (f": did you mean {guess}?" if guess else ""))
+
+
+def check_accelerator(r: Recorder, host: str) -> None:
+    raw = r.raw(host)
+    vendor = r.value(host, N.accelerator, "cpu")
     gpus = r.value(host, N.num_gpus)
     if vendor == "cpu" and whole(gpus) and int(gpus) > 0:
         r.add(host, N.num_gpus, gpus, f"is more than 0 on a host whose {N.accelerator} is cpu: set {N.accelerator} "

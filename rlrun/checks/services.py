@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrun.checks import vocabulary as V
 from rlrun.checks.problems import NOTHING, Recorder
 from rlrun.checks.shapes import path_problem, whole
 from rlrun.checks.vocabulary import N
 from rlrun.inventory_view import UNKNOWN, InventoryView
+from trainer.reward.extract import STRATEGIES, validate_strategies
+from trainer.reward.forms import LENIENCIES, UnknownNames, validate_leniencies
+from trainer.reward.server.dataset import TEMPLATE_EXPECTED, known_template
 
 
 def check_reward(r: Recorder, host: str) -> None:
+    """The reward service's settings. What the service accepts is the service's own rule (trainer/reward: its
+    extraction strategies, leniencies, prompt templates); these checks only say it in the inventory's words."""
     for var in N.reward_workers:
         value = r.user_value(host, var)
         if value not in (UNKNOWN, None) and (not whole(value) or int(value) < 1):
@@ -21,18 +25,36 @@ def check_reward(r: Recorder, host: str) -> None:
     if timeout not in (UNKNOWN, None) and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                                            or timeout <= 0):
         r.add(host, N.reward_timeout, timeout, "must be a number of seconds > 0")
-    extract = r.user_value(host, N.reward_extract)
-    if extract not in (UNKNOWN, None):
-        known = V.reward_strategies()  # the service's, as the role lists them (checked against trainer/reward)
-        raw = r.raw(host)[N.reward_extract]
-        if not isinstance(extract, list):
-            r.add(host, N.reward_extract, raw, f"must be a list such as [{', '.join(known[:2])}] (null: the "
-                  f"service's default order) of {', '.join(known)}")
-        else:
-            wrong = [s for s in extract if s not in known]
-            if not extract or wrong:
-                r.add(host, N.reward_extract, raw, "must be null (the service's default order) or a non-empty list "
-                      "of " + ", ".join(known) + (f": {', '.join(map(str, wrong))} is not one" if wrong else ""))
+    if r.value(host, N.reward_auth) is True and r.value(host, N.auth_enabled) is False:
+        r.add(host, N.reward_auth, True, f"needs {N.auth_enabled} (the cluster's token: the reward service's own "
+              f"token is installed beside it), which is false: set {N.auth_enabled}: true, or {N.reward_auth}: "
+              "false for a service without a token")
+    template = r.user_value(host, N.reward_prompt_template)
+    if template is not UNKNOWN and not known_template(template):
+        r.add(host, N.reward_prompt_template, r.raw(host)[N.reward_prompt_template], f"must be {TEMPLATE_EXPECTED}")
+    _names(r, host, N.reward_extract, STRATEGIES, validate_strategies, "must be null (the "
+           "service's default order) or a non-empty list of {known}", "[{first}] (null: the service's default "
+           "order) of {known}")
+    _names(r, host, N.reward_lenient, LENIENCIES, lambda names: validate_leniencies(names or ["none"]),
+           "must be null (the service's default: all of {known}) or a list of {known} (empty for none)",
+           "[{first}] (null: all of them; empty: none) of {known}")
+
+
+def _names(r: Recorder, host: str, var: str, known, rule, expected: str, example: str) -> None:
+    """A list of names from the service's closed list (`known`), checked by the service's own `rule`."""
+    value = r.user_value(host, var)
+    if value in (UNKNOWN, None):
+        return
+    raw, listed = r.raw(host)[var], ", ".join(known)
+    if not isinstance(value, list):
+        r.add(host, var, raw, "must be a list such as " + example.format(first=", ".join(list(known)[:2]),
+                                                                         known=listed))
+        return
+    try:
+        rule(value)
+    except UnknownNames as exc:
+        r.add(host, var, raw, expected.format(known=listed)
+              + (f": {', '.join(map(str, exc.unknown))} is not one" if exc.unknown else ""))
 
 
 def retriever_hosts(view: InventoryView, nodes: list[str]) -> list[str]:

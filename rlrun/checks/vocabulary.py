@@ -49,6 +49,9 @@ N = SimpleNamespace(
     reward_workers=("reward_server__workers", "reward_server__threads"),
     reward_timeout="reward_server__timeout",
     reward_extract="reward_server__extract",
+    reward_lenient="reward_server__lenient",
+    reward_prompt_template="reward_server__prompt_template",
+    reward_auth="reward_server__auth_enabled",
 )
 # Names the inventory may set although no role's defaults or argument specs list them.
 INVENTORY_NAMES: set[str] = set()
@@ -104,7 +107,8 @@ def specific() -> frozenset[str]:
                       N.visible_devices, N.nofile_limit, N.ib_gid_index, *N.reward_workers, N.reward_timeout,
                       N.expected_nodes, N.expected_gpus, N.accelerator, N.gloo_ifname, N.nccl_ifname, N.nccl_debug,
                       N.temp_dir, *N.node_paths, *N.controller_paths, N.cluster_name, N.node_address, N.token,
-                      N.reward_token, N.retriever_token, N.reward_extract, N.node_files})
+                      N.reward_token, N.retriever_token, N.reward_extract, N.reward_lenient, N.reward_prompt_template,
+                      N.node_files})
 
 
 @functools.cache
@@ -134,8 +138,3 @@ def defaults() -> frozenset[str]:
 def derived() -> frozenset[str]:
     """Every variable a role derives (its vars/main.yml)."""
     return _known()[2]
-
-
-def reward_strategies() -> list[str]:
-    """The reward service's answer-extraction strategies, as roles/reward_server lists them."""
-    return list(role_file("reward_server", "vars").get("reward_server__strategies") or [])

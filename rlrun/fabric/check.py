@@ -33,7 +33,7 @@ from rlrun.probe import PROBE_JOB_PREFIX
 # The job's working dir: these files and nothing else (tests/unit/test_fabric_findings.py checks that every
 # rlrun / trainer module they import is among them).
 SHIPPED = ("rlrun/__init__.py", "rlrun/fabric/__init__.py", "rlrun/fabric/job.py", "rlrun/fabric/rank.py",
-           "rlrun/fabric/nccl_log.py", "trainer/__init__.py", "trainer/collective_deadline.py",
+           "rlrun/fabric/nccl_log.py", "trainer/__init__.py", "trainer/collective_deadline.py", "trainer/errors.py",
            "trainer/actors/__init__.py", "trainer/actors/group.py")
 JOB_PREFIX = f"{PROBE_JOB_PREFIX}fabric-"
 DEFAULT_DEADLINE_S = 20.0  # the check's collectives are tiny and its cluster idle: seconds are plenty

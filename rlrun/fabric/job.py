@@ -103,7 +103,7 @@ class Check:
             self._run(ray)
         except Exception as exc:  # noqa: BLE001 - reported, never a traceback instead of a report
             # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
-            from rlrun.fabric.rank import one_line
+            from trainer.errors import one_line
 
             self.report["problems"].append({"check": "job", "message": one_line(exc),
                                             "traceback": traceback.format_exc()[-2000:]})
@@ -364,7 +364,7 @@ class Check:
 
 def _died(exc: BaseException) -> str:
     # the job's side: loaded on the nodes where it runs (the controller imports only the constants)
-    from rlrun.fabric.rank import one_line
+    from trainer.errors import one_line
 
     return f"the rank is gone ({one_line(exc)})"
 

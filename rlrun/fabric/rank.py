@@ -16,13 +16,11 @@ import statistics
 import tempfile
 import time
 
+from trainer.errors import one_line
+
 NCCL_SUBSYS = "INIT,NET,P2P,ENV"
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "RLRUN_BIND_ADDRESS",
                 "RLRUN_RENDEZVOUS_PORTS")
-
-
-def one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]
 
 
 # --- what a node has -----------------------------------------------------------------------------------------

@@ -10,23 +10,23 @@ only when their ids differ by a multiple of the number of blocks in the window
 (64 with the defaults); the node step checks every port is free before it starts
 Ray and fails naming the port otherwise.
 
-Layout of a block at ``base`` (the role's port variables in brackets)::
-
-    base+0  GCS                 (cluster__ray_gcs_port)
-    base+1  dashboard, Jobs API (cluster__ray_dashboard_port)
-    base+2  Ray Client server   (cluster__ray_client_server_port)
-    base+3  node manager        (cluster__ray_node_manager_port)
-    base+4  object manager      (cluster__ray_object_manager_port)
-    base+5  dashboard agent     (cluster__ray_dashboard_agent_listen_port)
-    base+6  dashboard agent gRPC(cluster__ray_dashboard_agent_grpc_port)
-    base+7  runtime-env agent   (cluster__ray_runtime_env_agent_port)
-    base+8  metrics export      (cluster__ray_metrics_export_port)
-    base+9  reward service      (cluster__reward_port)
-    base+16 .. base+size-1      worker processes (cluster__ray_min/max_worker_port)
+What a block holds is the cluster contract's, read through rlrun/contract.py
+(roles/cluster/vars/main.yml, as rlrun/checks/vocabulary.py gives it): a port for
+every fixed port of a head that also serves rewards (``cluster__ray_head_ports``,
+``cluster__ray_node_ports``, ``cluster__reward_port``, in that order from the
+block's base; a port the contract gains gets its place without a change here),
+then, from ``base + FIXED`` to the block's end, the worker range
+(``cluster__ray_min_worker_port`` .. ``cluster__ray_max_worker_port``, its fewest
+ports from ``cluster__port_range_specs``). Each has a shell variable, named from
+its role variable: ``cluster__ray_gcs_port`` is ``PORT_GCS``,
+``cluster__reward_port`` ``PORT_REWARD``, the worker range ``PORT_WORKER_MIN`` and
+``PORT_WORKER_MAX``. The other ranges (the jobs' rendezvous range, the kernel's
+ephemeral range) are the inventory's, as on a cluster the roles start.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # Below the usual ephemeral range (32768-60999) and below Kubernetes' NodePort range (30000-32767).
@@ -40,22 +40,52 @@ DEFAULT_DENY = {
     "20048": "NFS mountd",
     "23456": "torch.distributed examples' init_method port",
 }
-FIXED = 16  # ports before the worker range (10 used, 6 spare)
-MIN_WORKER_PORTS = 100  # the cluster role's lower bound on the worker range
+FIXED = 16  # places for fixed ports before the worker range (12 used, 4 spare: a new port moves no range)
 
-# Shell variable -> offset; the sbatch script and the role's variables use these names.
-OFFSETS = {
-    "PORT_GCS": 0,
-    "PORT_DASHBOARD": 1,
-    "PORT_CLIENT": 2,
-    "PORT_NODE_MANAGER": 3,
-    "PORT_OBJECT_MANAGER": 4,
-    "PORT_AGENT_HTTP": 5,
-    "PORT_AGENT_GRPC": 6,
-    "PORT_RUNTIME_ENV": 7,
-    "PORT_METRICS": 8,
-    "PORT_REWARD": 9,
-}
+
+@dataclass(frozen=True)
+class Layout:
+    """The block's places, from the cluster contract: role variable -> (shell variable, offset from the base) for
+    the fixed ports; the worker range's (first, last) role variables, shell variables and fewest ports."""
+
+    fixed: dict[str, tuple[str, int]]
+    worker: tuple[tuple[str, str], tuple[str, str], int]
+    held_by: dict[str, tuple[str, ...]]  # head | node | reward -> the role variables of the ports it holds
+
+    @property
+    def smallest(self) -> int:
+        """The fewest ports a block may have."""
+        return FIXED + self.worker[2]
+
+    def shell_names(self) -> dict[str, str]:
+        """Role variable -> shell variable, for every port and range end of the block."""
+        return {**{var: name for var, (name, _) in self.fixed.items()},
+                **dict(zip(self.worker[0], self.worker[1], strict=True))}
+
+    def shell_ports(self, of: str) -> list[str]:
+        """The shell variables of the fixed ports a head (its own), every Ray node, or the reward service hold."""
+        return [self.fixed[var][0] for var in self.held_by[of]]
+
+
+def _shell(var: str) -> str:
+    """``cluster__ray_gcs_port`` -> ``PORT_GCS``."""
+    return "PORT_" + var.removeprefix("cluster__").removeprefix("ray_").removesuffix("_port").upper()
+
+
+@functools.cache
+def layout() -> Layout:
+    """The block's layout, read from the cluster contract (see the module docstring)."""
+    from rlrun.checks import vocabulary as V  # the contract, as the checks read it
+
+    head, node = V.head_ports(), V.node_ports()
+    fixed_vars = [*head, *node, V.N.reward_port]
+    if len(fixed_vars) > FIXED:
+        raise PortError(f"the cluster contract has {len(fixed_vars)} fixed ports, more than the {FIXED} places a "
+                        "Slurm job's port block keeps for them: raise rlrun/slurm/ports.py's FIXED")
+    worker = next(r for r in V.port_ranges() if r.first == V.N.min_worker_port)
+    return Layout(fixed={var: (_shell(var), i) for i, var in enumerate(fixed_vars)},
+                  worker=((worker.first, worker.last), ("PORT_WORKER_MIN", "PORT_WORKER_MAX"), worker.min_span),
+                  held_by={"head": tuple(head), "node": tuple(node), "reward": (V.N.reward_port,)})
 
 
 class PortError(ValueError):
@@ -108,17 +138,19 @@ class PortBlock:
 
     def ports(self) -> dict[str, int]:
         """Shell variable -> port, the worker range's ends included."""
-        return {**{name: self.base + off for name, off in OFFSETS.items()},
-                "PORT_WORKER_MIN": self.worker_min, "PORT_WORKER_MAX": self.worker_max}
+        low, high = layout().worker[1]
+        return {**{name: self.base + offset for name, offset in layout().fixed.values()},
+                low: self.worker_min, high: self.worker_max}
 
 
 def block_bases(window: tuple[int, int] = DEFAULT_WINDOW, size: int = DEFAULT_BLOCK,
                 deny: list[tuple[int, int]] | None = None, ephemeral: int | None = None) -> list[int]:
     """The bases of every block that fits the window, stays below the ephemeral range and touches no
     denied port, in order."""
-    if size < FIXED + MIN_WORKER_PORTS:
-        raise PortError(f"--port-block {size}: at least {FIXED + MIN_WORKER_PORTS} ports ({FIXED} fixed and "
-                        f"{MIN_WORKER_PORTS} for Ray's worker processes)")
+    smallest, workers = layout().smallest, layout().worker[2]
+    if size < smallest:
+        raise PortError(f"--port-block {size}: at least {smallest} ports ({FIXED} fixed and {workers} for Ray's "
+                        "worker processes)")
     low, high = window
     if low < 1024:
         raise PortError(f"--port-window {low}-{high}: ports below 1024 need root; start at 1024 or above")

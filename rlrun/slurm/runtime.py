@@ -2,7 +2,9 @@
 
     ports      --job-id N [--port-window LO-HI] [--port-block N] [--deny-ports LIST]
                print the job's port block as PORT_NAME=PORT lines (rlrun.slurm.ports)
-    free       --address IP PORT...      exit 1 naming the first port something on IP already holds
+    free       --address IP [--of head|node|reward]... [PORT]...
+               exit 1 naming the first port something on IP already holds (--of: the fixed ports of the job's
+               block a head, every Ray node, the reward service hold, from $PORT_*)
     wait       --dashboard URL [--node-ip IP]... [--reward-url URL]... [--watch PID=LABEL]... [--timeout S]
                wait until every node is alive and every reward service answers /health_check; fail at
                once when a watched process (a node's srun step) has ended. Token: $RLRUN_TOKEN_FILE.
@@ -30,7 +32,8 @@ from rlrun.dashboard import list_nodes, reward_health
 from rlrun.errors import RlrunError
 from rlrun.nodecheck import read_token_file
 from rlrun.slurm import ports as P
-from rlrun.slurm.spec import PORT_VARS
+from trainer.files import replace_file
+from trainer.procs import alive
 
 
 def cmd_ports(args) -> None:
@@ -41,7 +44,14 @@ def cmd_ports(args) -> None:
 
 
 def cmd_free(args) -> None:
-    for port in args.ports:
+    ports = list(args.ports)
+    for of in args.of:
+        for name in P.layout().shell_ports(of):
+            value = os.environ.get(name, "")
+            if not value.isdigit():
+                raise RlrunError(f"${name} = {value!r}: expected the job's port (set by the sbatch script)")
+            ports.append(int(value))
+    for port in ports:
         port_free(args.address, port)
 
 
@@ -71,15 +81,15 @@ def cmd_wait(args) -> None:
     last = "no answer yet"
     while True:
         for pid, label in watch.items():
-            if not _alive(pid):
+            if not alive(pid):
                 raise RlrunError(f"{label} ended before the cluster was up (its output is above)")
         if waiting_nodes:
             try:
-                alive = {n.node_ip for n in list_nodes(args.dashboard, token, timeout=5.0) if n.alive}
-                for ip in [ip for ip in waiting_nodes if ip in alive]:
+                up = {n.node_ip for n in list_nodes(args.dashboard, token, timeout=5.0) if n.alive}
+                for ip in [ip for ip in waiting_nodes if ip in up]:
                     print(f"node {ip} alive after {time.monotonic() - started:.1f} s", flush=True)
                     waiting_nodes.remove(ip)
-                last = f"alive: {sorted(alive)}"
+                last = f"alive: {sorted(up)}"
             except RlrunError as exc:
                 last = str(exc)
                 if "refused the token" in last:
@@ -99,19 +109,6 @@ def cmd_wait(args) -> None:
         time.sleep(0.5)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _pair(text: str) -> tuple[str, str]:
     name, sep, ip = text.partition("=")
     if not sep or not name or not ip:
@@ -121,7 +118,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 def cmd_inventory(args) -> None:
     ports = {}
-    for var, name in PORT_VARS.items():
+    for var, name in P.layout().shell_names().items():
         value = os.environ.get(name, "")
         if not value.isdigit():
             raise RlrunError(f"${name} = {value!r}: expected the job's port (set by the sbatch script)")
@@ -164,21 +161,13 @@ def cmd_inventory(args) -> None:
     header = (f"# The Ray cluster of Slurm job {args.job_id}, written by its sbatch script (rlrun slurm).\n"
               "# `rlrun -i THIS_DIR status|submit|list|logs|stop` talk to it; it lives as long as the job.\n"
               "# Not for ansible-playbook: Slurm, not Ansible, runs these nodes.\n")
-    _write_private(root / "hosts.yml", header + yaml.safe_dump(inv, sort_keys=False))
-    _write_private(root / "group_vars" / "all" / "main.yml", header + yaml.safe_dump(group_vars, sort_keys=False))
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    replace_file(root / "hosts.yml", header + yaml.safe_dump(inv, sort_keys=False), 0o600)
+    replace_file(root / "group_vars" / "all" / "main.yml", header + yaml.safe_dump(group_vars, sort_keys=False), 0o600)
 
 
 def _copy_private(src: Path, dst: Path) -> None:
     try:
-        _write_private(dst, src.read_text(encoding="utf-8"))
+        replace_file(dst, src.read_text(encoding="utf-8"), 0o600)
     except OSError as exc:
         raise RlrunError(f"cannot copy {src} to {dst}: {exc.strerror}") from None
 
@@ -195,7 +184,7 @@ def cmd_record(args) -> None:
             raise RlrunError(f"{item!r}: expected KEY=VALUE")
         data[key] = int(value) if value.lstrip("-").isdigit() and key != "nodes" else value
     data["updated"] = time.time()
-    _write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    replace_file(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deny-ports", default=None)
     p = sub.add_parser("free")
     p.add_argument("--address", required=True)
-    p.add_argument("ports", type=int, nargs="+")
+    p.add_argument("--of", action="append", default=[], choices=("head", "node", "reward"),
+                   help="the fixed ports of the job's port block this holds ($PORT_*)")
+    p.add_argument("ports", type=int, nargs="*")
     p = sub.add_parser("wait")
     p.add_argument("--dashboard", required=True)
     p.add_argument("--node-ip", action="append", default=[])

@@ -32,7 +32,7 @@ from rlrun.checks import Roles, check_host
 from rlrun.contract import open_contract
 from rlrun.errors import RlrunError
 from rlrun.inventory_view import InventoryView
-from rlrun.slurm.ports import OFFSETS, block_for_job
+from rlrun.slurm.ports import block_for_job, layout
 
 PLACEHOLDER_RE = re.compile(r"@@rlrun:([A-Z][A-Z0-9_]*)@@")
 
@@ -53,27 +53,17 @@ RUNTIME = {
     "TEMP_DIR": "the node's per-job Ray temp dir (short; sockets): cluster__ray_temp_dir",
     "SPILL_DIR": "the node's per-job object spilling dir: cluster__ray_spill_dir",
     "NUM_CPUS": "CPUs Slurm gave the job on this node ($SLURM_CPUS_ON_NODE): ray_node__num_cpus",
-    **{name: f"the job's port block, {name.lower()[5:]}" for name in OFFSETS},
-    "PORT_WORKER_MIN": "the job's port block, first worker port: cluster__ray_min_worker_port",
-    "PORT_WORKER_MAX": "the job's port block, last worker port: cluster__ray_max_worker_port",
     "JOB_CKPT": "a --requeue batch job's checkpoint dir, the same for every run of its job id (batch step only)",
-}
+}  # and the job's port block: one PORT_* variable for each port and range end of the contract (PORT_VARS)
 
-# Role variable -> shell variable: what the allocation decides instead of the inventory.
-PORT_VARS = {
-    "cluster__ray_gcs_port": "PORT_GCS",
-    "cluster__ray_dashboard_port": "PORT_DASHBOARD",
-    "cluster__ray_client_server_port": "PORT_CLIENT",
-    "cluster__ray_node_manager_port": "PORT_NODE_MANAGER",
-    "cluster__ray_object_manager_port": "PORT_OBJECT_MANAGER",
-    "cluster__ray_dashboard_agent_listen_port": "PORT_AGENT_HTTP",
-    "cluster__ray_dashboard_agent_grpc_port": "PORT_AGENT_GRPC",
-    "cluster__ray_runtime_env_agent_port": "PORT_RUNTIME_ENV",
-    "cluster__ray_metrics_export_port": "PORT_METRICS",
-    "cluster__ray_min_worker_port": "PORT_WORKER_MIN",
-    "cluster__ray_max_worker_port": "PORT_WORKER_MAX",
-    "cluster__reward_port": "PORT_REWARD",
-}
+
+def __getattr__(name: str):
+    """``PORT_VARS``: role variable -> shell variable, what the allocation decides instead of the inventory: every
+    port and range end of the job's port block (rlrun/slurm/ports.py's layout, read from the cluster contract when
+    first asked for)."""
+    if name == "PORT_VARS":
+        return layout().shell_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 ROLES = ("cluster", "ray_node", "accel_env", "reward_server")
 MANAGED = "rendered by rlrun slurm from the roles' own templates"
 
@@ -136,7 +126,7 @@ def evaluate(inventory: Path, vault_password_file: str | None = None, *, num_cpu
             # a device list from the inventory would fight it.
             "accel_env__visible_devices": [],
             "ray_node__num_cpus": str(num_cpus) if num_cpus is not None else ph("NUM_CPUS"),
-            **{var: ph(name) for var, name in PORT_VARS.items()},
+            **{var: ph(name) for var, name in layout().shell_names().items()},
         }
         if num_gpus is not None:
             job["ray_node__num_gpus"] = num_gpus
@@ -195,7 +185,7 @@ def _check_contract(contract, host: str, job: dict, inventory: Path) -> None:
     the job as the worker it is on most nodes; it runs the reward service where the inventory's head does, and
     no retrieval service."""
 
-    sample = {**SAMPLE, **{name: str(port) for name, port in zip(PORT_VARS.values(), _sample_ports(), strict=True)}}
+    sample = {**SAMPLE, **{name: str(port) for name, port in block_for_job(0).ports().items()}}
     values = {k: _substituted(v, sample) for k, v in job.items()}
     values = {**values, "inventory_hostname": host, "cluster__is_head": False, "cluster__is_node": True}
     root = inventory if inventory.is_dir() else inventory.parent
@@ -213,13 +203,6 @@ def _substituted(value, sample: dict[str, str]):
     if isinstance(value, dict):
         return {k: _substituted(v, sample) for k, v in value.items()}
     return value
-
-
-def _sample_ports() -> list[int]:
-    """Ports of job 0's block, in the order of PORT_VARS."""
-
-    block = block_for_job(0).ports()
-    return [block[name] for name in PORT_VARS.values()]
 
 
 def _check_accel_inputs(spec: NodeSpec, get) -> None:
@@ -245,7 +228,7 @@ def placeholders(text: str) -> set[str]:
 
 
 def _unknown(text: str) -> None:
-    unknown = placeholders(text) - set(RUNTIME)
+    unknown = placeholders(text) - set(RUNTIME) - set(layout().shell_names().values())
     if unknown:
         raise RlrunError(f"internal: placeholders {sorted(unknown)} have no shell variable")
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.netns import Lab, LabError, _alive, find_holder, holder_alive, holder_record
+from tests.lab.netns import Lab, LabError, find_holder, holder_alive, holder_record
 from tests.lab.slurm import SlurmLab, SlurmLabError
+from trainer.procs import alive
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def test_a_lab_whose_holder_ended_is_removed_by_the_next_create(holder, clean_la
     second = Lab(58, dict(HOSTS), owner="run-2").create()
     err = capsys.readouterr().err
     assert f"lab 58: its holder (pid {holder.pid}: sleep 600; owner run-1) has ended" in err
-    assert not any(_alive(p) for p in sshd), "the left lab's sshd still runs"
+    assert not any(alive(p) for p in sshd), "the left lab's sshd still runs"
     assert second.ssh("h", "hostname").stdout.strip() == "h"
 
 

@@ -561,10 +561,10 @@ def test_lenient_reaches_the_verifier_from_the_command_line() -> None:
 
 
 def test_create_app_refuses_without_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.reward.server import ConfigError, ServerConfig, create_app
+    from trainer.reward.server import ServerConfig, ServiceConfigError, create_app
 
     monkeypatch.delenv("RLRUN_REWARD_TOKEN", raising=False)
-    with pytest.raises(ConfigError, match="no token is configured"):
+    with pytest.raises(ServiceConfigError, match="no token is configured"):
         create_app(ServerConfig())
 
 

@@ -8,6 +8,10 @@ cluster role's Jinja before, rules that were only in Python, rules both had), go
 - `ansible-playbook site.yml --tags validate` (its first play),
 and each reports the same problems on the same hosts. Nothing is reached: the hosts are SSH hosts on a port
 nothing listens on, and no play gathers facts.
+
+A role that checks its own inputs (reward_server, python_stack) asks the same rules through the cluster role's
+lookup, on the values the role gets, role parameters included: its assert fails with the lines `rlrun validate`
+prints for the same values written in the inventory.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ BROKEN = {
 # The head, also the reward host: a head-only port in the ephemeral range (the role's check only, before),
 # an unknown extraction strategy (rlrun validate's only).
 HEAD = {"cluster__ray_dashboard_metrics_port": 40001, "reward_server__extract": ["boxed", "magic"],
+        # the reward role's Jinja checked these, rlrun validate did not
+        "reward_server__lenient": ["units", "unit"], "reward_server__prompt_template": "llama9",
         # and no problem: a value that refers to another role's default, there when that role runs (the
         # cluster role's assert refused it at first, on the GPU miniature's inventory)
         "python_stack__extra_paths": ["/tmp/site", "{{ python_stack__project_src }}"]}
@@ -106,7 +112,8 @@ def test_rlrun_validate_and_the_cluster_roles_assert_report_the_same_problems(br
     for host, (_, variable) in BROKEN.items():
         assert any(m.startswith(variable) for m in offline.get(host, ())), f"{host}: no {variable} in {offline.get(host)}"
     assert any(m.startswith("cluster__ray_dashboard_metrics_port = 40001") for m in offline["localhost"])
-    assert any(m.startswith("reward_server__extract") for m in offline["localhost"])
+    for var in ("reward_server__extract", "reward_server__lenient", "reward_server__prompt_template"):
+        assert any(m.startswith(var) for m in offline["localhost"]), f"no {var} in {offline['localhost']}"
     assert all(any(m.startswith(f"cluster__name = '{LONG_NAME}'") for m in found) for found in offline.values())
     assert "cluster__reward_token = (hidden): is 5 characters: use at least 32 (openssl rand -hex 32)" in offline["w16"]
 
@@ -142,3 +149,41 @@ def test_site_yml_tags_validate_reports_what_rlrun_validate_does(broken):
     assert result.returncode != 0 and "nothing was done on any host:" in out, out[-3000:]
     listed = out.split("nothing was done on any host:", 1)[1].split("\nOrigin:", 1)[0]
     assert sorted(re.findall(r"^- (.*)$", listed, re.M)) == offline
+
+
+# Each role's inputs, given to it as role parameters (not in the inventory), each breaking one of its rules.
+ROLE_INPUTS = {
+    "reward_server": {"reward_server__extract": ["boxed", "magic"], "reward_server__lenient": ["unit"],
+                      "reward_server__prompt_template": "llama9", "reward_server__workers": 0,
+                      "reward_server__timeout": -1},
+    "python_stack": {"cluster__accelerator": "nvida", "cluster__venv": "venv", "python_stack__project_install": "pip"},
+}
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_INPUTS))
+def test_a_roles_assert_checks_its_role_parameters_by_rlrun_validates_rules(role, tmp_path):
+    values = ROLE_INPUTS[role]
+    # rlrun validate, the same values written in the inventory
+    written = write_inventory(tmp_path / "written", "rules-role", "127.0.29.200", P, hosts_extra=values)
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(written), "validate", "--json"], capture_output=True,
+                         text=True, timeout=120, env=ansible_env(), cwd=PROJECT)
+    expected = [_core(p) for p in json.loads(cli.stdout)["problems"] if p["variable"] in values]
+    assert {m.split(" ", 1)[0] for m in expected} == set(values), cli.stdout
+
+    # the role's own assert, the values given as role parameters on a right inventory
+    right = write_inventory(tmp_path / "right", "rules-role", "127.0.29.200", P)
+    play = tmp_path / "role_assert.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": f"{role}'s assert", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"ansible.builtin.import_role": {"name": "cluster"}},
+                  {"block": [{"ansible.builtin.include_role": {"name": role, "tasks_from": "assert.yml"},
+                              "vars": values}],
+                   "rescue": [{"ansible.builtin.debug": {"msg": "FAILED {{ ansible_failed_result.msg }}"}}]}]}],
+        sort_keys=False))
+    env = {**ansible_env(), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(right), str(play)], capture_output=True,
+                            text=True, env=env, timeout=300, cwd=PROJECT)
+    out = result.stdout + result.stderr
+    failed = [json.loads(m) for m in re.findall(r'"msg": ("FAILED .*")', out)]
+    assert len(failed) == 1, out[-3000:]
+    assert failed[0] == "FAILED localhost: " + "; ".join(expected), f"\nrlrun validate: {expected}\n{out[-3000:]}"

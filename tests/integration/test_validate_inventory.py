@@ -308,6 +308,17 @@ CASES = [
     # --- reward service -------------------------------------------------------------------------------
     ("no reward workers", dict(gv={"reward_server__workers": 0}), [r"reward_server__workers = 0 .*1 or more"]),
     ("negative reward timeout", dict(gv={"reward_server__timeout": -1}), [r"reward_server__timeout = -1 .*> 0"]),
+    ("unknown leniency", dict(gv={"reward_server__lenient": ["units", "unit"]}),
+     [r"reward_server__lenient = \['units', 'unit'\] \(host localhost\): must be null \(the service's default: all of "
+      r"units, styled_letters\) or a list of units, styled_letters \(empty for none\): unit is not one"]),
+    ("unknown prompt template", dict(gv={"reward_server__prompt_template": "llama9"}),
+     [r"reward_server__prompt_template = 'llama9' .*must be chatml, none or a string containing \{\}"]),
+    ("reward token without the cluster's", dict(gv={"cluster__auth_enabled": False}),
+     [r"reward_server__auth_enabled = true .*needs cluster__auth_enabled"]),
+    ("a reward-only host's accelerator", dict(
+        hosts=lambda h: h["all"]["children"]["reward_servers"].update(hosts={"r1": {**_ssh("127.0.0.12"),
+                                                                                   "cluster__accelerator": "gpu"}})),
+     [r"cluster__accelerator = 'gpu' \(host r1\): must be nvidia, amd or cpu: did you mean nvidia\?"]),
     # --- templates ----------------------------------------------------------------------------------
     ("state dir from an undefined variable", dict(gv={"cluster__state_dir": "{{ data_root }}/rlrun"}),
      [r"cluster__state_dir = '\{\{ data_root \}\}/rlrun' .*refers to 'data_root', which is not defined"]),

@@ -57,6 +57,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainer.procs import alive, stat_field
+
 SSHD = "/usr/sbin/sshd"
 SSH_PORT = 22
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -123,18 +125,10 @@ def netns_pids(netns: str) -> list[int]:
     return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
 
 
-def _stat(pid: int, field: int) -> int | None:
-    """Field `field` (1-based, as proc(5) counts them; 4 and up) of /proc/PID/stat, or None."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[field - 3])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _start_time(pid: int) -> int | None:
     """The process's start time (clock ticks after boot, field 22): with the PID, it names one process, also
     after the PID is reused."""
-    return _stat(pid, 22)
+    return stat_field(pid, 22)
 
 
 def holder_record(pid: int) -> dict:
@@ -145,14 +139,14 @@ def holder_record(pid: int) -> dict:
 def holder_alive(record: dict) -> bool:
     """Whether the process `record` (holder_record) still runs: same PID, same start time, not a zombie."""
     pid = record.get("pid")
-    return isinstance(pid, int) and _alive(pid) and _start_time(pid) == record.get("start")
+    return isinstance(pid, int) and alive(pid) and _start_time(pid) == record.get("start")
 
 
 def find_holder(spec: str) -> int:
     """`spec` is a PID, or a command name: the nearest ancestor of this process whose program (argv[0], or
     argv[1] for an interpreter running a script) has that name, e.g. `molecule`."""
     if spec.isdigit():
-        if not _alive(int(spec)):
+        if not alive(int(spec)):
             raise LabError(f"--holder {spec}: no such process")
         return int(spec)
     pid = os.getppid()
@@ -165,7 +159,7 @@ def find_holder(spec: str) -> int:
         names = {Path(a.decode(errors="replace")).name for a in argv[:3] if a and a != b"-m"}
         if spec in names:
             return pid
-        pid = _stat(pid, 4)  # the parent
+        pid = stat_field(pid, 4)  # the parent
     raise LabError(f"--holder {spec!r}: no process named {spec!r} among this command's ancestors; expected a PID "
                    "or the name of the program that runs the lab's user (e.g. molecule)")
 
@@ -175,20 +169,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @dataclass
@@ -498,11 +478,11 @@ class Lab:
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and any(_alive(p) for p in netns_pids(ns)):
+            while time.monotonic() < deadline and any(alive(p) for p in netns_pids(ns)):
                 time.sleep(0.1)
-            if not any(_alive(p) for p in netns_pids(ns)):
+            if not any(alive(p) for p in netns_pids(ns)):
                 return sorted(ended)
-        left = [p for p in netns_pids(ns) if _alive(p)]
+        left = [p for p in netns_pids(ns) if alive(p)]
         raise LabError(f"processes {left} in {ns} survived SIGKILL (uninterruptible?); the namespace is kept")
 
     def leftovers(self) -> list[str]:

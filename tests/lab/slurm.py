@@ -50,12 +50,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainer.procs import alive
+
 if __package__:
     from tests.lab import netns
 else:  # run as a script (python tests/lab/slurm.py): its own directory is on the path
     import netns
 
-LabError, netns_pids, _alive, _cmdline = netns.LabError, netns.netns_pids, netns._alive, netns._cmdline
+LabError, netns_pids, _cmdline = netns.LabError, netns.netns_pids, netns._cmdline
 _link_names, _netns_names, _lab_run = netns._link_names, netns._netns_names, netns._run
 find_holder, held_by, holder_record = netns.find_holder, netns.held_by, netns.holder_record
 reclaim_if_holder_ended = netns.reclaim_if_holder_ended
@@ -76,16 +78,16 @@ def end_pids(pids: list[int], grace: float = 10.0) -> list[int]:
     """SIGTERM, then SIGKILL after `grace` s; returns the PIDs signalled."""
     ended: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in [p for p in pids if _alive(p)]:
+        for pid in [p for p in pids if alive(p)]:
             try:
                 os.kill(pid, sig)
                 ended.add(pid)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.1)
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             break
     return sorted(ended)
 
@@ -385,7 +387,7 @@ class SlurmLab:
         everything the jobs started, also what escaped Slurm's process tracking."""
         daemons = self.daemon_pids()
         nodes = [node] if node else self.node_names()
-        return sorted(p for n in nodes for p in netns_pids(self.netns(n)) if p not in daemons and _alive(p))
+        return sorted(p for n in nodes for p in netns_pids(self.netns(n)) if p not in daemons and alive(p))
 
     # ------------------------------------------------------------------ remove
     def destroy(self) -> list[str]:
@@ -396,7 +398,7 @@ class SlurmLab:
             raise SlurmLabError(f"slurm lab {self.index} belongs to {recorded.get('owner')!r}, not to {self.owner!r}: "
                                 "not removing it (without --owner, destroy removes it regardless)")
         pids = recorded.get("pids", {})
-        if self.conf.exists() and "slurmctld" in pids and _alive(pids["slurmctld"]):
+        if self.conf.exists() and "slurmctld" in pids and alive(pids["slurmctld"]):
             jobs = self.jobs()
             if jobs:
                 self.run("scancel", *jobs, check=False)
@@ -408,7 +410,7 @@ class SlurmLab:
             ended = end_pids(netns_pids(ns))
             if ended:
                 removed.append(f"{len(ended)} processes in {ns}")
-            if any(_alive(p) for p in netns_pids(ns)):
+            if any(alive(p) for p in netns_pids(ns)):
                 raise SlurmLabError(f"processes {netns_pids(ns)} in {ns} survived SIGKILL; the namespace is kept")
             _run(["ip", "netns", "delete", ns])
             removed.append(f"namespace {ns}")
@@ -418,7 +420,7 @@ class SlurmLab:
                 removed.append(f"link {link}")
         for name in ("slurmctld", "munged"):
             pid = pids.get(name)
-            if pid and _alive(pid) and str(self.dir) in _cmdline(pid):
+            if pid and alive(pid) and str(self.dir) in _cmdline(pid):
                 end_pids([pid])
                 removed.append(f"{name} ({pid})")
         for proc in self._procs.values():
@@ -445,7 +447,7 @@ class SlurmLab:
                 cmdline = (proc / "cmdline").read_bytes()
             except OSError:
                 continue
-            if marker in cmdline and _alive(int(proc.name)):
+            if marker in cmdline and alive(int(proc.name)):
                 args = cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]
                 left.append(f"process {proc.name}: {args}")
         return left

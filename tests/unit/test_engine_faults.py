@@ -8,7 +8,8 @@ import pytest
 import ray.exceptions
 
 from trainer.deadlines import Fault, StartupTimeout, fault_line
-from trainer.engines import EngineFailure, Restarts, one_line, replaceable
+from trainer.engines import EngineFailure, Restarts, replaceable
+from trainer.errors import one_line
 from trainer.reward.client import RewardServiceError
 
 

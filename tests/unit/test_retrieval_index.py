@@ -11,11 +11,12 @@ from pathlib import Path
 import bm25s
 import pytest
 
-from trainer.retrieval.app import Limits, RequestError, parse_request, render_result
+from trainer.retrieval.app import RetrievalLimits, parse_request, render_result
 from trainer.retrieval.bm25 import TOKEN_PATTERN, Bm25Index
 from trainer.retrieval.client import RetrievalClient, RetrievalError, token_from_env
 from trainer.retrieval.corpus import CorpusError, read_corpus
 from trainer.retrieval.index import IndexError_, build_index, load_index
+from trainer.services.app import RequestError
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSAGES = [
@@ -183,7 +184,7 @@ def test_dense_index_over_a_tiny_local_model(tmp_path: Path, corpus: Path) -> No
 
 # ---------------------------------------------------------------- request parsing and rendering
 
-LIMITS = Limits(max_queries=4, max_topk=5, max_chars=50)
+LIMITS = RetrievalLimits(max_queries=4, max_topk=5, max_chars=50)
 
 
 @pytest.mark.parametrize(

@@ -39,20 +39,20 @@ def test_client_split_is_contiguous_and_even() -> None:
 
 
 def test_the_role_knows_the_services_extraction_strategies() -> None:
-    """roles/reward_server checks reward_server__extract against a list: the service's own."""
-    import yaml
+    """roles/reward_server checks reward_server__extract against a list: the service's own. The role's assert asks
+    rlrun's rule (tests/integration/test_rules_once.py runs it), which takes the service's list and its check."""
+    from rlrun.checks import services
+    from trainer.reward.extract import STRATEGIES, validate_strategies
 
-    from trainer.reward.extract import STRATEGIES
-
-    role_vars = yaml.safe_load((ROOT / "roles" / "reward_server" / "vars" / "main.yml").read_text())
-    assert role_vars["reward_server__strategies"] == list(STRATEGIES)
+    assert services.STRATEGIES is STRATEGIES and services.validate_strategies is validate_strategies
+    assert "query('cluster_problems', 'reward_server__')" in (ROOT / "roles" / "reward_server" / "tasks" /
+                                                               "assert.yml").read_text()
 
 
 def test_the_role_knows_the_services_leniencies() -> None:
-    """roles/reward_server checks reward_server__lenient against a list: the service's own."""
-    import yaml
+    """roles/reward_server checks reward_server__lenient against a list: the service's own (through rlrun's rule,
+    as the strategies)."""
+    from rlrun.checks import services
+    from trainer.reward.forms import LENIENCIES, validate_leniencies
 
-    from trainer.reward.forms import LENIENCIES
-
-    role_vars = yaml.safe_load((ROOT / "roles" / "reward_server" / "vars" / "main.yml").read_text())
-    assert role_vars["reward_server__leniencies"] == list(LENIENCIES)
+    assert services.LENIENCIES is LENIENCIES and services.validate_leniencies is validate_leniencies

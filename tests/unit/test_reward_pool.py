@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trainer.procs import alive, stat_fields
 from trainer.reward.math import Reason, verify_answer
 from trainer.reward.pool import VerifyPool, VerifyPoolError
 
@@ -50,32 +51,20 @@ def _children(pid: int) -> set[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
+        fields = stat_fields(int(entry))
+        if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
             kids.add(int(entry))
     return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait_gone(pids: list[int], within: float) -> list[int]:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
+        left = [p for p in pids if alive(p)]
         if not left:
             return []
         time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if alive(p)]
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +140,7 @@ def test_pool_keeps_working_and_stays_bounded(pool: VerifyPool) -> None:
     time.sleep(0.3)
     pids = pool.worker_pids()
     assert 2 <= len(pids) <= pool.max_processes
-    assert all(_alive(p) for p in pids)
+    assert all(alive(p) for p in pids)
     killed = [p for p in before if p not in pids]
     assert killed, "timed-out workers should have been replaced"
     assert _wait_gone(killed, 5) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.services.ratelog import RateLimitedLog
-from trainer.services.worker import BadRequest, Limits, _Conn, _frame, _scan_chunks
+from trainer.services.worker import BadRequest, ConnectionLimits, _Conn, _frame, _scan_chunks
 
 
 class _FakeSock:
@@ -74,9 +74,9 @@ def test_chunked_size_counts_toward_the_limit_while_arriving() -> None:
 
 def test_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="head_timeout must be > 0"):
-        Limits(head_timeout=0)
+        ConnectionLimits(head_timeout=0)
     with pytest.raises(ValueError, match="max_body_bytes must be >= 1"):
-        Limits(max_body_bytes=0)
+        ConnectionLimits(max_body_bytes=0)
 
 
 def test_rate_limited_log_counts_what_it_leaves_out() -> None:

@@ -59,3 +59,24 @@ def test_the_job_inventory_names_both_token_stores_and_rlrun_reads_them(tmp_path
     cluster = load_cluster(inv)
     assert (cluster.token, cluster.reward_token) == ("ab" * 32, "cd" * 32)
     assert cluster.reward_token_store.parent == cluster.token_store.parent == inv / ".secrets"
+
+
+def test_a_node_step_checks_the_fixed_ports_its_role_holds(monkeypatch):
+    """`runtime free --of head --of node` checks every fixed port of the job's block a head holds (read from the
+    contract's layout, the Prometheus ports of the head included), and names a taken one."""
+    import socket
+
+    from rlrun.slurm import ports as P
+    from rlrun.slurm import runtime
+
+    block = P.block_for_job(11, ephemeral=32768).ports()
+    for name, port in block.items():
+        monkeypatch.setenv(name, str(port))
+    held = P.layout().shell_ports("head") + P.layout().shell_ports("node")
+    assert {"PORT_GCS", "PORT_DASHBOARD_METRICS", "PORT_AUTOSCALER_METRICS", "PORT_NODE_MANAGER"} <= set(held)
+    assert "PORT_REWARD" not in held and P.layout().shell_ports("reward") == ["PORT_REWARD"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", block["PORT_AUTOSCALER_METRICS"]))
+        s.listen()
+        assert runtime.main(["free", "--address", "127.0.0.1", "--of", "node"]) == 0
+        assert runtime.main(["free", "--address", "127.0.0.1", "--of", "head", "--of", "node"]) == 1

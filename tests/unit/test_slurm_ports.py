@@ -3,9 +3,13 @@ different for jobs that run at the same time."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rlrun.slurm import ports as P
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_default_block_is_below_the_ephemeral_range_and_clear_of_the_deny_list():
@@ -32,9 +36,27 @@ def test_jobs_running_together_get_disjoint_blocks_and_the_block_repeats_after_a
 def test_the_layout_keeps_the_fixed_ports_before_the_worker_range():
     block = P.block_for_job(7, ephemeral=32768)
     ports = block.ports()
-    assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 9
+    # the head's five, every node's six, then the reward service's (the contract's order)
+    assert ports["PORT_GCS"] == block.base and ports["PORT_REWARD"] == block.base + 11
     assert ports["PORT_WORKER_MIN"] == block.base + 16 and ports["PORT_WORKER_MAX"] == block.base + 255
     assert len(set(ports.values())) == len(ports)
+
+
+def test_the_block_holds_every_fixed_port_of_the_cluster_contract():
+    """What a Slurm job's block holds is the contract's (roles/cluster/vars/main.yml), not a list of its own: the
+    head's two Prometheus ports, which the restated list had left out, have their place; the worker range's fewest
+    ports are the contract's."""
+    import yaml
+
+    from rlrun.slurm.spec import PORT_VARS
+
+    contract = yaml.safe_load((ROOT / "roles" / "cluster" / "vars" / "main.yml").read_text())
+    fixed = [*contract["cluster__ray_head_ports"], *contract["cluster__ray_node_ports"], "cluster__reward_port"]
+    worker = contract["cluster__port_range_specs"]["worker"]
+    assert list(PORT_VARS) == [*fixed, *worker["vars"]]
+    assert {"cluster__ray_dashboard_metrics_port", "cluster__ray_autoscaler_metrics_port"} <= set(PORT_VARS)
+    assert set(PORT_VARS.values()) == set(P.block_for_job(3, ephemeral=32768).ports())
+    assert P.layout().smallest == P.FIXED + worker["min_span"]
 
 
 def test_a_low_ephemeral_range_shrinks_the_window():

@@ -74,11 +74,20 @@ def test_placeholders_substitute_back_to_a_hosts_values():
     spec = evaluate(PROJECT / "inventory")
     argv = [substitute(a, {"NODE_IP": "10.0.0.5", "HEAD_IP": "10.0.0.1", "PORT_GCS": "17000", "TEMP_DIR": "/t",
                            "SPILL_DIR": "/s", "NUM_CPUS": "4", **{k: "1" for k in (
-                               "PORT_NODE_MANAGER", "PORT_OBJECT_MANAGER", "PORT_AGENT_HTTP", "PORT_AGENT_GRPC",
-                               "PORT_RUNTIME_ENV", "PORT_METRICS", "PORT_WORKER_MIN", "PORT_WORKER_MAX")}})
+                               "PORT_NODE_MANAGER", "PORT_OBJECT_MANAGER", "PORT_DASHBOARD_AGENT_LISTEN",
+                               "PORT_DASHBOARD_AGENT_GRPC", "PORT_RUNTIME_ENV_AGENT", "PORT_METRICS_EXPORT",
+                               "PORT_WORKER_MIN", "PORT_WORKER_MAX")}})
             for a in spec.worker_argv]
     assert argv[argv.index("--address") + 1] == "10.0.0.1:17000"
     assert argv[argv.index("--num-cpus") + 1] == "4"
+
+
+def test_a_node_step_checks_the_ports_its_role_holds():
+    """The script names no port list of its own: each node step asks for the fixed ports of the job's block its
+    role holds (`runtime free --of`, from the contract's layout)."""
+    script = _render(PROJECT / "inventory")
+    assert "runtime free --address \"$NODE_IP\" --of reward" in script and "of+=(--of head)" in script
+    assert "PORT_AGENT_HTTP" not in script and "PORT_CLIENT\"" not in script
 
 
 def test_every_bad_option_is_named_at_once():

@@ -16,12 +16,13 @@ the closest known one.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainer.config.errors import unknown_name_problem
-from trainer.config.fields import FlagSpec, flag_specs, split_list
+from trainer.config.fields import FlagSpec, flag_specs, from_text
 from trainer.config.openrlhf import DOTTED, refusal
 from trainer.config.openrlhf import FLAGS as OPENRLHF_FLAGS
 from trainer.config.schema import TrainerConfig
@@ -39,14 +40,12 @@ _HELP_EPILOG = (
 
 
 def _converter(spec: FlagSpec) -> Callable[[str], Any]:
-    """argparse ``type=`` for a flag: base type, 'none' for optional flags, comma lists."""
+    """argparse ``type=`` for a flag: its text read by :func:`trainer.config.fields.from_text` (each number of a
+    two-number flag on its own: argparse hands them over one at a time)."""
+    one = dataclasses.replace(spec, is_pair=False, optional=False) if spec.is_pair else spec
 
     def convert(text: str) -> Any:
-        if spec.optional and text.strip().lower() == "none" and not spec.is_pair:
-            return None
-        if spec.is_list:
-            return split_list(text)
-        return spec.base(text)
+        return from_text(one, text)
 
     convert.__name__ = "comma-separated list" if spec.is_list else spec.base.__name__  # argparse error text
     return convert

@@ -158,18 +158,58 @@ def split_list(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+#: The words that mean None for a flag that may be None (``X | None``), in any case.
+NONE_WORDS = ("none", "null", "~")
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def from_text(spec: FlagSpec, text: str) -> Any:
+    """The value a flag's text means, in the flag's type: the one reading of flag text, for the trainer's command
+    line (:mod:`trainer.config.cli`), rlrun's ``--set`` and a preset's strings (``rlrun/presets.py``) and text
+    given to :class:`TrainerConfig` for a list or a two-number flag.
+
+    A flag that may be None takes ``none``, ``null`` or ``~`` (any case) for None, unless that word is one of its
+    choices; a list flag takes comma-separated items (:func:`split_list`); a two-number flag ``LOW,HIGH`` or
+    ``LOW HIGH``; a boolean true / false, yes / no, on / off, 1 / 0. Raises ValueError naming what the flag takes
+    (bounds and choices are :func:`check_field`'s)."""
+    word = text.strip()
+    if spec.optional and word.lower() in NONE_WORDS and (spec.choices is None or word not in spec.choices):
+        return None
+    if spec.is_list:
+        return split_list(text)
+    if spec.is_pair:
+        parts = word.replace(",", " ").split()
+        try:
+            if len(parts) == 2:
+                return float(parts[0]), float(parts[1])
+        except ValueError:
+            pass
+    elif spec.base is bool:
+        if word.lower() in _TRUE + _FALSE:
+            return word.lower() in _TRUE
+    elif spec.base is str:
+        return text
+    else:
+        try:
+            return spec.base(word)
+        except ValueError:
+            pass
+    raise ValueError(f"{text!r} is not {spec.describe_type()}")
+
+
 def _coerce(spec: FlagSpec, value: Any) -> Any:
     """Normalise harmless representation differences (int for float, list for tuple, "a,b" for lists)."""
-    if spec.is_list:
-        if isinstance(value, str):
-            return split_list(value)
-        if isinstance(value, Sequence):
-            return tuple(value)
+    if isinstance(value, str) and (spec.is_list or spec.is_pair):
+        try:
+            return from_text(spec, value)
+        except ValueError:
+            return value
+    if spec.is_list and isinstance(value, Sequence):
+        return tuple(value)
     if spec.is_pair and value is not None:
-        parts = value.replace(",", " ").split() if isinstance(value, str) else value
-        if isinstance(parts, Sequence) and len(parts) == 2:
+        if isinstance(value, Sequence) and len(value) == 2:
             try:
-                return tuple(float(p) if not isinstance(p, bool) else p for p in parts)
+                return tuple(float(p) if not isinstance(p, bool) else p for p in value)
             except (TypeError, ValueError):
                 return value
         return value

@@ -21,11 +21,11 @@ from typing import NoReturn
 
 from flask import Flask
 
-from trainer.retrieval.app import Limits, create_app
+from trainer.retrieval.app import RetrievalLimits, create_app
 from trainer.retrieval.corpus import CorpusError
 from trainer.retrieval.index import IndexError_, build_index, check_dense, load_index, read_meta
 from trainer.services import cli
-from trainer.services.cli import ConfigError, Flag, positive
+from trainer.services.cli import Flag, ServiceConfigError, positive
 from trainer.services.serve import serve
 from trainer.services.token import load_token_file
 
@@ -103,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if args.token_file:
         try:
             token = load_token_file(args.token_file)
-        except ConfigError as exc:
+        except ServiceConfigError as exc:
             fail(str(exc))
     elif not is_loopback(args.host) and not args.no_auth:
         fail(f"--host {args.host} is not a loopback address and no --token-file was given; "
@@ -125,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if token is None:
         log.warning("authentication is OFF (no --token-file): anyone who can reach %s:%d can use it",
                     args.host, args.port)  # fmt: skip
-    limits = Limits(args.max_queries, args.max_topk, args.max_chars, args.max_body_bytes)
+    limits = RetrievalLimits(args.max_queries, args.max_topk, args.max_chars, args.max_body_bytes)
 
     def load() -> Flask:
         if index is None:

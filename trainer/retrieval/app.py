@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from flask import Flask, Response, jsonify
 
 from trainer.retrieval.index import Index
-from trainer.services.app import create_service_app, json_error, read_body
+from trainer.services.app import RequestError, create_service_app, json_error, read_body
 
-__all__ = ["Limits", "RequestError", "create_app", "parse_request"]
+__all__ = ["RetrievalLimits", "create_app", "parse_request"]
 
 log = logging.getLogger("trainer.retrieval")
 EXTENSION = "rlrun_retrieval"
@@ -32,7 +32,11 @@ _KEYS = ("queries", "topk", "return_scores")
 
 
 @dataclass(frozen=True)
-class Limits:
+class RetrievalLimits:
+    """What one /retrieve request may hold (the service's --max-queries, --max-topk, --max-chars,
+    --max-body-bytes) and the topk it gets without one. How long a client may take to send it is the gunicorn
+    worker's (trainer.services.worker.ConnectionLimits)."""
+
     max_queries: int = 512
     max_topk: int = 50
     max_chars: int = 10_000
@@ -40,54 +44,48 @@ class Limits:
     default_topk: int = 3
 
 
-class RequestError(ValueError):
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message, self.status = message, status
-
-
-def parse_request(body: bytes, limits: Limits) -> tuple[list[str], int, bool]:
+def parse_request(body: bytes, limits: RetrievalLimits) -> tuple[list[str], int, bool]:
     """(queries, topk, return_scores) of a /retrieve body; RequestError naming what is wrong."""
     try:
         data = json.loads(body)
     except UnicodeDecodeError:
-        raise RequestError("the body is not UTF-8; expected a JSON object") from None
+        raise RequestError(400, "the body is not UTF-8; expected a JSON object") from None
     except RecursionError:
-        raise RequestError("the body nests too deeply; expected "
+        raise RequestError(400, "the body nests too deeply; expected "
                            '{"queries": ["..."], "topk": 3, "return_scores": false}') from None  # fmt: skip
     except ValueError as exc:
-        raise RequestError(f"the body is not JSON ({exc}); expected "
+        raise RequestError(400, f"the body is not JSON ({exc}); expected "
                            '{"queries": ["..."], "topk": 3, "return_scores": false}') from None  # fmt: skip
     if not isinstance(data, dict):
-        raise RequestError(f"the body is a JSON {type(data).__name__}; expected an object "
+        raise RequestError(400, f"the body is a JSON {type(data).__name__}; expected an object "
                            '{"queries": ["..."], "topk": 3, "return_scores": false}')  # fmt: skip
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(map(repr, unknown))}; expected only {', '.join(_KEYS)}")
+        raise RequestError(400, f"unknown field(s) {', '.join(map(repr, unknown))}; expected only {', '.join(_KEYS)}")
     queries = data.get("queries")
     if not isinstance(queries, list):
         got = "missing" if "queries" not in data else f"a {type(queries).__name__}"
-        raise RequestError(f"'queries' is {got}; expected a list of 1 to {limits.max_queries} strings")
+        raise RequestError(400, f"'queries' is {got}; expected a list of 1 to {limits.max_queries} strings")
     if not 1 <= len(queries) <= limits.max_queries:
-        raise RequestError(f"'queries' has {len(queries)} items; expected 1 to {limits.max_queries} "
-                           "(--max-queries): split the batch", 400)  # fmt: skip
+        raise RequestError(400, f"'queries' has {len(queries)} items; expected 1 to {limits.max_queries} "
+                           "(--max-queries): split the batch")  # fmt: skip
     for i, q in enumerate(queries):
         if not isinstance(q, str):
-            raise RequestError(f"queries[{i}] is a {type(q).__name__}; expected a string")
+            raise RequestError(400, f"queries[{i}] is a {type(q).__name__}; expected a string")
         if not q.strip():
-            raise RequestError(f"queries[{i}] is empty; expected a non-empty string")
+            raise RequestError(400, f"queries[{i}] is empty; expected a non-empty string")
         if len(q) > limits.max_chars:
-            raise RequestError(f"queries[{i}] has {len(q)} characters; expected at most {limits.max_chars}")
+            raise RequestError(400, f"queries[{i}] has {len(q)} characters; expected at most {limits.max_chars}")
     topk = data.get("topk", limits.default_topk)
     if topk is None:
         topk = limits.default_topk
     if isinstance(topk, bool) or not isinstance(topk, int):
-        raise RequestError(f"'topk' is {json.dumps(topk)[:40]}; expected an integer 1 to {limits.max_topk}")
+        raise RequestError(400, f"'topk' is {json.dumps(topk)[:40]}; expected an integer 1 to {limits.max_topk}")
     if not 1 <= topk <= limits.max_topk:
-        raise RequestError(f"'topk' is {topk}; expected 1 to {limits.max_topk} (--max-topk)")
+        raise RequestError(400, f"'topk' is {topk}; expected 1 to {limits.max_topk} (--max-topk)")
     return_scores = data.get("return_scores", False)
     if not isinstance(return_scores, bool):
-        raise RequestError(f"'return_scores' is {json.dumps(return_scores)[:40]}; expected true or false")
+        raise RequestError(400, f"'return_scores' is {json.dumps(return_scores)[:40]}; expected true or false")
     return queries, topk, return_scores
 
 
@@ -110,7 +108,7 @@ def render_result(index: Index, hits: list[list[tuple[int, float]]], return_scor
     return b"".join(parts)
 
 
-def create_app(index: Index, token: str | None, limits: Limits) -> Flask:
+def create_app(index: Index, token: str | None, limits: RetrievalLimits) -> Flask:
     """The retrieval app over a loaded ``index``; ``token`` None serves without authentication."""
     app = create_service_app("trainer.retrieval", token=token, realm="rlrun-retriever", routes=_ROUTES,
                              max_body_bytes=limits.max_body_bytes, log=log)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer.files import replace_dir
 from trainer.retrieval.bm25 import Bm25Index, build_bm25
 from trainer.retrieval.corpus import CorpusError, file_sha256, read_corpus
 
@@ -147,7 +148,7 @@ def build_index(
                 meta["dense"] = {**dense, "passage_prefix": passage_prefix, "query_prefix": query_prefix}
             meta["build_seconds"] = round(time.monotonic() - started, 3)
             (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-            _swap_in(tmp, out)
+            replace_dir(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -164,20 +165,6 @@ def _build_lock(out: Path):  # type: ignore[no-untyped-def]
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp``: two renames (the old index is moved aside, then removed)."""
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old.exists():
-            os.rename(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_docs(out: Path, passages: list[Any]) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from trainer.reward.forms import UNIT_WORD, fix_spelling, strip_units
+from trainer.reward.forms import UNIT_WORD, choose, fix_spelling, strip_units
 
 __all__ = [
     "DEFAULT_STRATEGIES",
@@ -333,14 +333,9 @@ boxed,answer_tag,answer_is,hash``) for datasets whose answers must be marked to 
 
 
 def validate_strategies(names: Sequence[str]) -> tuple[str, ...]:
-    """Return ``names`` as a tuple, or raise ValueError naming the unknown ones."""
-    unknown = [n for n in names if n not in STRATEGIES]
-    if unknown or not names:
-        raise ValueError(
-            f"unknown extraction strategy {', '.join(map(repr, unknown)) or '(none given)'}; "
-            f"expected one or more of {', '.join(STRATEGIES)}"
-        )
-    return tuple(names)
+    """Return ``names`` as a tuple, or raise :class:`trainer.reward.forms.UnknownNames` (a ValueError) naming the
+    unknown ones."""
+    return choose(names, STRATEGIES, "extraction strategy")
 
 
 # ---------------------------------------------------------------- cleaning

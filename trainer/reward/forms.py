@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "LENIENCIES",
     "UNIT_WORD",
+    "UnknownNames",
+    "choose",
     "fix_spelling",
     "lone_letter",
     "strip_units",
@@ -38,18 +41,36 @@ LENIENCIES: tuple[str, ...] = ("units", "styled_letters")
 """The switchable leniencies, all on by default (see the module docstring)."""
 
 
-def validate_leniencies(names: Iterable[str]) -> frozenset[str]:
-    """``names`` as a frozenset, or ValueError naming the unknown ones. ``none`` alone means no leniency."""
-    names = [n.strip() for n in names if n.strip()]
-    if names == ["none"]:
-        return frozenset()
-    unknown = [n for n in names if n not in LENIENCIES]
+class UnknownNames(ValueError):
+    """Names that are not among the ones a setting knows (:func:`choose`): ``unknown`` holds them (empty when none
+    was given), ``known`` the names there are."""
+
+    def __init__(self, message: str, unknown: list[Any], known: Iterable[str]) -> None:
+        super().__init__(message)
+        self.unknown, self.known = unknown, tuple(known)
+
+
+def choose(names: Iterable[Any], known: Iterable[str], what: str, *, none: bool = False) -> tuple[str, ...]:
+    """``names`` (stripped; empty ones dropped) as a tuple when each is one of ``known`` and there is one at least;
+    with ``none``, ``none`` alone is the empty choice. Else :class:`UnknownNames`, saying which are not known (the
+    rule of the reward service's --extract and --lenient, and of the inventory's reward_server__extract and
+    reward_server__lenient)."""
+    known = tuple(known)
+    names = [n.strip() if isinstance(n, str) else n for n in names]
+    names = [n for n in names if n != ""]
+    if none and names == ["none"]:
+        return ()
+    unknown = [n for n in names if not isinstance(n, str) or n not in known]
     if unknown or not names:
-        raise ValueError(
-            f"unknown leniency {', '.join(map(repr, unknown)) or '(none given)'}; expected a comma-separated "
-            f"list of {', '.join(LENIENCIES)}, or none"
-        )
-    return frozenset(names)
+        listed = ", ".join(map(repr, unknown)) or "(none given)"
+        raise UnknownNames(f"unknown {what} {listed}; expected one or more of {', '.join(known)}"
+                           + (", or none" if none else ""), unknown, known)
+    return tuple(names)
+
+
+def validate_leniencies(names: Iterable[str]) -> frozenset[str]:
+    """``names`` as a frozenset, or :class:`UnknownNames`. ``none`` alone means no leniency."""
+    return frozenset(choose(names, LENIENCIES, "leniency", none=True))
 
 
 # ---------------------------------------------------------------- spelling fixes (always on)

@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 
+from trainer.procs import stat_fields
 from trainer.reward._pool_state import Job, LruCache, Task, Worker
 from trainer.reward.extract import extract_answer
 from trainer.reward.math import (
@@ -82,11 +83,10 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of process ``pid`` so far (Linux /proc), None when unknown."""
+    fields = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    except (OSError, IndexError, ValueError):
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK if fields is not None else None  # utime + stime
+    except (IndexError, ValueError):
         return None
 
 

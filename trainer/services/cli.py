@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-__all__ = ["ConfigError", "Flag", "add_flags", "fail", "one_line_parser", "port", "positive", "setup_logging"]
+__all__ = ["Flag", "ServiceConfigError", "add_flags", "fail", "one_line_parser", "port", "positive", "setup_logging"]
 
 
-class ConfigError(ValueError):
-    """A service cannot start with this configuration; the message says why and what to do."""
+class ServiceConfigError(ValueError):
+    """A service (the reward or the retrieval service) cannot start with this configuration; the message says why
+    and what to do. (A trainer's flags that do not fit together are trainer.config.ConfigError, which lists every
+    problem.)"""
 
 
 def fail(prog: str, message: str) -> NoReturn:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from trainer.services.worker import Limits, worker_class_path
+from trainer.services.worker import ConnectionLimits, worker_class_path
 
 __all__ = ["GunicornApp", "serve"]
 
@@ -23,7 +23,7 @@ __all__ = ["GunicornApp", "serve"]
 class GunicornApp(BaseApplication):
     """gunicorn with ``options`` set in code; each worker calls ``load()`` after the fork."""
 
-    def __init__(self, options: dict[str, Any], limits: Limits, load: Callable[[], Any]) -> None:
+    def __init__(self, options: dict[str, Any], limits: ConnectionLimits, load: Callable[[], Any]) -> None:
         self._options = options
         self._load = load
         self.worker_limits = limits  # read by ReadFirstWorker in each worker
@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace, *, proc_name: str, load: Callable[[], Any], 
     ``options``: further gunicorn settings of this service (they win over the shared ones).
     """
     host = f"[{args.host}]" if ":" in args.host and not args.host.startswith("[") else args.host
-    limits = Limits(args.head_timeout, args.body_timeout, args.keepalive, args.max_body_bytes)
+    limits = ConnectionLimits(args.head_timeout, args.body_timeout, args.keepalive, args.max_body_bytes)
     settings = {
         "bind": f"{host}:{args.port}",
         "workers": args.workers,

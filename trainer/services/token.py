@@ -12,7 +12,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-from trainer.services.cli import ConfigError
+from trainer.services.cli import ServiceConfigError
 
 __all__ = ["load_token_file", "token_from_env"]
 
@@ -22,14 +22,14 @@ def load_token_file(path: str) -> str:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ConfigError(f"--token-file {path}: no such file") from None
+        raise ServiceConfigError(f"--token-file {path}: no such file") from None
     except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot stat: {exc.strerror}") from None
+        raise ServiceConfigError(f"--token-file {path}: cannot stat: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"--token-file {path}: not a regular file")
+        raise ServiceConfigError(f"--token-file {path}: not a regular file")
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
-        raise ConfigError(
+        raise ServiceConfigError(
             f"--token-file {path} is accessible by group/others (mode {mode:04o}); "
             f"expected mode 0600 or 0400: run chmod 600 {path}"
         )
@@ -37,11 +37,11 @@ def load_token_file(path: str) -> str:
         with open(path, encoding="utf-8") as fh:
             token = fh.read().strip()
     except OSError as exc:
-        raise ConfigError(f"--token-file {path}: cannot read: {exc.strerror}") from None
+        raise ServiceConfigError(f"--token-file {path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"--token-file {path}: not UTF-8 text") from None
+        raise ServiceConfigError(f"--token-file {path}: not UTF-8 text") from None
     if not token:
-        raise ConfigError(f"--token-file {path} is empty; expected the bearer token on one line")
+        raise ServiceConfigError(f"--token-file {path} is empty; expected the bearer token on one line")
     return token
 
 

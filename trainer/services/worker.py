@@ -5,7 +5,7 @@ and the thread then blocks in ``recv()`` until the request is complete: a client
 sends half a request and stops holds a thread for as long as it likes (issue 15: eight
 such clients stalled a 1 worker x 8 threads service, without a token). This worker keeps
 gthread's thread pool for running the app but reads request heads and bodies itself, in
-its event loop, without blocking, against deadlines (:class:`Limits`):
+its event loop, without blocking, against deadlines (:class:`ConnectionLimits`):
 
 * ``head_timeout``: the request line and headers must be complete this many seconds
   after the connection opened (or, on a kept-alive connection, after the first byte);
@@ -42,7 +42,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from trainer.services.ratelog import RateLimitedLog
 
-__all__ = ["Limits", "ReadFirstWorker"]
+__all__ = ["ConnectionLimits", "ReadFirstWorker"]
 
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD_BYTES = 64 * 1024
@@ -52,8 +52,9 @@ _ACCEPT_BURST = 128
 
 
 @dataclass(frozen=True)
-class Limits:
-    """How long and how much a client may take to send one request."""
+class ConnectionLimits:
+    """How long and how much a client may take to send one request, for every service (what the request may hold
+    is each service's own: RewardLimits, RetrievalLimits)."""
 
     head_timeout: float = 10.0
     body_timeout: float = 60.0
@@ -177,11 +178,11 @@ def _scan_chunks(conn: _Conn) -> int | None:
 class ReadFirstWorker(ThreadWorker):
     """gthread with the request read in the event loop (see the module docstring)."""
 
-    limits = Limits()
+    limits = ConnectionLimits()
 
     def init_process(self) -> None:
         configured = getattr(self.app, "worker_limits", None)
-        if isinstance(configured, Limits):
+        if isinstance(configured, ConnectionLimits):
             self.limits = configured
         self._conns: set[_Conn] = set()
         self._ssl_context = gsock.ssl_context(self.cfg) if self.cfg.is_ssl else None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.rlrun_files import write_atomic
 
 DOCUMENTATION = r"""
 module: node_files
@@ -103,16 +103,7 @@ def main():
         directory = os.path.dirname(path) or "."
         if not os.path.isdir(directory):
             module.fail_json(msg=f"{path}: its directory {directory} does not exist", changed_paths=changed)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), mode)
-                fh.write(data)
-            os.rename(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, data, mode)
 
     for path in module.params["absent"]:
         if os.path.lexists(path):

@@ -12,12 +12,12 @@ import socket
 import ssl
 import stat
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.rlrun_files import write_atomic
 
 DOCUMENTATION = r"""
 module: node_service
@@ -139,17 +139,7 @@ class Converge:
             self.diffs.append({"before_header": path, "after_header": path,
                                "before": "" if before is None else before.decode(errors="replace"), "after": content})
         if not self.check:
-            directory = os.path.dirname(path)
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    os.fchmod(fh.fileno(), mode)
-                    fh.write(data)
-                os.rename(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, data, mode)
         return True
 
     def remove(self, path: str) -> None:

@@ -8,9 +8,9 @@ import hashlib
 import json
 import os
 import subprocess
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.rlrun_files import write_atomic
 
 DOCUMENTATION = r"""
 module: python_stack_state
@@ -53,19 +53,6 @@ STAMP = ".rlrun-stack-check.json"
 
 def site_mtimes(venv: str) -> dict[str, int]:
     return {path: os.stat(path).st_mtime_ns for path in sorted(glob.glob(f"{venv}/lib*/python*/site-packages"))}
-
-
-def write_atomic(path: str, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(text)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main():

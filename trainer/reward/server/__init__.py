@@ -6,7 +6,20 @@ HTTP contract and trainer.reward.server.__main__ for the command line; the scaff
 share (flags, token, Flask app, gunicorn) is trainer.services.
 """
 
-from trainer.reward.server.app import create_app
-from trainer.reward.server.config import ConfigError, ServerConfig
+from __future__ import annotations
 
-__all__ = ["ConfigError", "ServerConfig", "create_app"]
+import importlib
+from typing import Any
+
+__all__ = ["ServerConfig", "ServiceConfigError", "create_app"]
+
+# Imported when first asked for: rlrun's inventory checks read the service's rules (dataset.py) on the controller
+# and in every play without loading Flask.
+_HOMES = {"create_app": "trainer.reward.server.app", "ServerConfig": "trainer.reward.server.config",
+          "ServiceConfigError": "trainer.reward.server.config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

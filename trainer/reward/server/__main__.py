@@ -18,7 +18,7 @@ from trainer.reward.extract import DEFAULT_STRATEGIES, STRATEGIES, validate_stra
 from trainer.reward.forms import LENIENCIES, validate_leniencies
 from trainer.reward.pool import default_processes
 from trainer.reward.server.app import EXTENSION, create_app
-from trainer.reward.server.config import TOKEN_ENV, ConfigError, ServerConfig
+from trainer.reward.server.config import TOKEN_ENV, ServerConfig, ServiceConfigError
 from trainer.reward.server.dataset import DatasetError, load_dataset
 from trainer.services import cli
 from trainer.services.cli import Flag, positive
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """ServerConfig for parsed CLI arguments (raises ConfigError / ValueError on bad values).
+    """ServerConfig for parsed CLI arguments (raises ServiceConfigError / ValueError on bad values).
 
     A flag whose dest names a ServerConfig field sets that field; --no-auth, --extract and --lenient are
     translated.
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                 fail(f"--dataset {config.dataset}: no such file")
             dataset = load_dataset(config.dataset, config.input_key, config.label_key, config.prompt_template)
             log.info("dataset %s: %d prompts with reference answers", config.dataset, len(dataset))
-    except (ConfigError, DatasetError, ValueError) as exc:
+    except (ServiceConfigError, DatasetError, ValueError) as exc:
         fail(str(exc))
     if bool(args.certfile) != bool(args.keyfile):
         fail("--certfile and --keyfile go together; give both to serve HTTPS, neither for HTTP")

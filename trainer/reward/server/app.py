@@ -23,8 +23,8 @@ from trainer.reward.math import MathRewardConfig, Reason, RewardResult, label_to
 from trainer.reward.pool import VerifyPool, VerifyPoolError
 from trainer.reward.server.config import ServerConfig
 from trainer.reward.server.dataset import DatasetIndex, load_dataset
-from trainer.reward.server.validation import Limits, RequestError, RewardRequest, parse_reward_request
-from trainer.services.app import create_service_app, json_error, read_body
+from trainer.reward.server.validation import RewardLimits, RewardRequest, parse_reward_request
+from trainer.services.app import RequestError, create_service_app, json_error, read_body
 
 __all__ = ["create_app"]
 
@@ -52,7 +52,7 @@ class _State:
         self.config = config
         self.dataset = dataset
         self.pool = pool
-        self.limits = Limits(max_items=config.max_items, max_chars=config.max_chars)
+        self.limits = RewardLimits(max_items=config.max_items, max_chars=config.max_chars)
 
 
 def _split_response(query: str, prompt: str | None) -> tuple[str, bool]:
@@ -110,7 +110,7 @@ def create_app(
 ) -> Flask:
     """Build the reward app.
 
-    Raises ConfigError (auth on without a usable token) or DatasetError. ``dataset``
+    Raises ServiceConfigError (auth on without a usable token) or DatasetError. ``dataset``
     and ``pool`` may be passed pre-built (the CLI loads the dataset once, before forking).
     """
     token = config.resolve_token()

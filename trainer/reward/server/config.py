@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from trainer.reward.extract import DEFAULT_STRATEGIES
 from trainer.reward.forms import LENIENCIES
-from trainer.services.cli import ConfigError
+from trainer.services.cli import ServiceConfigError
 from trainer.services.token import load_token_file
 
-__all__ = ["TOKEN_ENV", "ConfigError", "ServerConfig", "load_token_file"]
+__all__ = ["TOKEN_ENV", "ServiceConfigError", "ServerConfig", "load_token_file"]
 
 TOKEN_ENV = "RLRUN_REWARD_TOKEN"
 
@@ -47,23 +47,23 @@ class ServerConfig:
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_items", "max_chars", "max_answer_chars"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ServiceConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.timeout <= 0:
-            raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
+            raise ServiceConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
         if self.wall_timeout is not None and self.wall_timeout < self.timeout:
-            raise ConfigError(
+            raise ServiceConfigError(
                 f"wall_timeout ({self.wall_timeout}) must be >= timeout ({self.timeout}): it is the backstop "
                 "for items that do not get their CPU time"
             )
         if self.verify_processes is not None and self.verify_processes < 1:
-            raise ConfigError(f"verify_processes must be >= 1, got {self.verify_processes}")
+            raise ServiceConfigError(f"verify_processes must be >= 1, got {self.verify_processes}")
         if self.max_digits < 0:
-            raise ConfigError(f"max_digits must be >= 0 (0 disables the check), got {self.max_digits}")
+            raise ServiceConfigError(f"max_digits must be >= 0 (0 disables the check), got {self.max_digits}")
 
     def resolve_token(self) -> str | None:
         """The bearer token to require, or None when auth is off.
 
-        Raises ConfigError when auth is on and no token is configured, or the token
+        Raises ServiceConfigError when auth is on and no token is configured, or the token
         file is unusable (missing, unreadable, empty, or readable by group/others).
         """
         if not self.auth:
@@ -75,7 +75,7 @@ class ServerConfig:
         env_token = os.environ.get(TOKEN_ENV, "").strip()
         if env_token:
             return env_token
-        raise ConfigError(
+        raise ServiceConfigError(
             f"authentication is on but no token is configured: give --token-file FILE (mode 0600) "
             f"or set {TOKEN_ENV}, or pass --no-auth explicitly to run without authentication"
         )

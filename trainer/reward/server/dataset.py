@@ -19,7 +19,17 @@ from typing import Any
 
 from trainer.reward.math import label_to_str
 
-__all__ = ["DatasetError", "DatasetIndex", "load_dataset", "render_prompt"]
+__all__ = ["PROMPT_TEMPLATES", "DatasetError", "DatasetIndex", "known_template", "load_dataset", "render_prompt"]
+
+#: The named prompt templates (--prompt-template); any other template is a string containing ``{}``.
+PROMPT_TEMPLATES = ("chatml", "none")
+#: What --prompt-template (the inventory's reward_server__prompt_template) may be.
+TEMPLATE_EXPECTED = "chatml, none or a string containing {}"
+
+
+def known_template(template: object) -> bool:
+    """Whether ``template`` is a prompt template :func:`render_prompt` renders."""
+    return isinstance(template, str) and (template in PROMPT_TEMPLATES or "{}" in template)
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +70,7 @@ def render_prompt(value: Any, template: str) -> str:
         if not isinstance(value, str):
             raise ValueError(f"is a {_kind(value)}; a '{{}}' prompt template needs a string")
         return template.replace("{}", value)
-    raise ValueError(
-        f"unknown prompt template {template!r}; expected 'chatml', 'none' or a string containing '{{}}'"
-    )
+    raise ValueError(f"unknown prompt template {template!r}; expected {TEMPLATE_EXPECTED}")
 
 
 def _kind(value: Any) -> str:

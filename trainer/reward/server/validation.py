@@ -12,24 +12,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Limits", "RequestError", "RewardRequest", "json_type", "parse_reward_request"]
+from trainer.services.app import RequestError
+
+__all__ = ["RewardLimits", "RewardRequest", "json_type", "parse_reward_request"]
 
 ALLOWED_KEYS = ("query", "prompts", "labels")
 _JSON_TYPES = ("application/json",)
 
 
-class RequestError(Exception):
-    """A bad request: HTTP ``status`` and a message for the client."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 @dataclass(frozen=True)
-class Limits:
-    """Per-request limits (see ServerConfig)."""
+class RewardLimits:
+    """What one /get_reward request may hold (ServerConfig's max_items, max_chars). How long a client may take to
+    send it is the gunicorn worker's (trainer.services.worker.ConnectionLimits)."""
 
     max_items: int
     max_chars: int
@@ -91,7 +85,7 @@ def _check_list(body: dict[str, Any], key: str, n: int | None) -> list[Any]:
     return value
 
 
-def _check_string(key: str, i: int, value: Any, limits: Limits, what: str = "a string") -> None:
+def _check_string(key: str, i: int, value: Any, limits: RewardLimits, what: str = "a string") -> None:
     if not isinstance(value, str):
         raise RequestError(400, f"'{key}[{i}]' must be {what}; got {json_type(value)}")
     if len(value) > limits.max_chars:
@@ -102,7 +96,7 @@ def _check_string(key: str, i: int, value: Any, limits: Limits, what: str = "a s
 
 
 def parse_reward_request(
-    raw: bytes, content_type: str | None, limits: Limits, *, have_dataset: bool
+    raw: bytes, content_type: str | None, limits: RewardLimits, *, have_dataset: bool
 ) -> RewardRequest:
     """Decode and validate a /get_reward body, or raise RequestError."""
     if content_type:
