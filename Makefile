@@ -7,6 +7,12 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export RAY_USAGE_STATS_ENABLED := 0
+# uv installs no bytecode (pip compiled every file it installed: a third of its time): each module's is written
+# at its first import instead, by whichever process imports it first. An environment that sets
+# PYTHONDONTWRITEBYTECODE (container images often do) would make every process compile every module it imports,
+# every time (20 s of `python -m trainer.tiny model` here): these targets' processes, the cluster's services
+# that site.yml starts from them included, write the venv's bytecode.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv dev demo up down status test check system-deps lint pytest molecule clean lane-1 lane-2 \
 	pytest-clusters pytest-rest molecule-cluster molecule-roles
