@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.checks.cluster import token_problem
+from rlrun.checks.problems import show
 from rlrun.contract import ANSIBLE_DIR, open_contract
 from rlrun.errors import RlrunError, is_vault_error, vault_message
 
@@ -82,9 +84,6 @@ class Cluster:
 def _explicit_token(inventory: Path, var: str, value) -> str:
     """The token the inventory sets, refused in one line by the rule `rlrun validate` applies (an empty token
     would otherwise reach the cluster as no token at all)."""
-    from rlrun.checks.cluster import token_problem
-    from rlrun.checks.problems import show
-
     problem = token_problem(var, value)
     if problem:
         hidden, expected = problem
