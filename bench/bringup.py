@@ -130,9 +130,9 @@ def bare_ray(lab: Lab, head: str, workers: list[str]) -> tuple[float, float]:
         up = time.monotonic() - t0
     finally:
         t1 = time.monotonic()
-        for p in procs:  # each `ray start --block` (it ends what it started on SIGTERM), and its process group
+        for pid in left():  # every process the bare nodes started, at once (as a node's supervisor is stopped)
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
         while left() and time.monotonic() - t1 < 30:
             time.sleep(0.1)
         down = time.monotonic() - t1
