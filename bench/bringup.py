@@ -104,11 +104,12 @@ def bare_ray(lab: Lab, head: str, workers: list[str]) -> tuple[float, float]:
 
     address = lab.hosts[head]
     hosts = [head, *workers]
-    before = {h: set(lab.pids(h)) for h in hosts}  # the lab's own (sshd)
+    before = {h: set(lab.pids(h)) for h in hosts}
 
     def left() -> list[int]:
-        """The processes the bare nodes started that have not exited (in any host's namespace; zombies have)."""
-        return [pid for h in hosts for pid in set(lab.pids(h)) - before[h] if _running(pid)]
+        """The processes the bare nodes started that have not exited (in any host's namespace; zombies have). The
+        lab's sshd sessions are not theirs (one lingers ~30 s after the lab's readiness check)."""
+        return [pid for h in hosts for pid in set(lab.pids(h)) - before[h] if _running(pid) and not _sshd(pid)]
 
     t0 = time.monotonic()
     try:
@@ -142,6 +143,13 @@ def bare_ray(lab: Lab, head: str, workers: list[str]) -> tuple[float, float]:
         for p in procs:
             p.wait()
     return up, down
+
+
+def _sshd(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sshd")
+    except OSError:
+        return False
 
 
 def _running(pid: int) -> bool:
