@@ -106,10 +106,10 @@ def bare_ray(lab: Lab, head: str, workers: list[str]) -> tuple[float, float]:
     hosts = [head, *workers]
     before = {h: set(lab.pids(h)) for h in hosts}
 
-    def left() -> list[int]:
-        """The processes the bare nodes started that have not exited (in any host's namespace; zombies have). The
-        lab's sshd sessions are not theirs (one lingers ~30 s after the lab's readiness check)."""
-        return [pid for h in hosts for pid in set(lab.pids(h)) - before[h] if _running(pid) and not _sshd(pid)]
+    def left(on: list[str] = hosts) -> list[int]:
+        """The processes the bare nodes of hosts `on` started that have not exited (zombies have). The lab's sshd
+        sessions are not theirs (one lingers ~30 s after the lab's readiness check)."""
+        return [pid for h in on for pid in set(lab.pids(h)) - before[h] if _running(pid) and not _sshd(pid)]
 
     t0 = time.monotonic()
     try:
@@ -131,11 +131,14 @@ def bare_ray(lab: Lab, head: str, workers: list[str]) -> tuple[float, float]:
         up = time.monotonic() - t0
     finally:
         t1 = time.monotonic()
-        for pid in left():  # every process the bare nodes started, at once (as a node's supervisor is stopped)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        while left() and time.monotonic() - t1 < 30:
-            time.sleep(0.1)
+        # The workers, then the head (as teardown.yml: a worker whose GCS is gone first waits out Ray's timeouts);
+        # every process of a node at once, as its supervisor's stop does.
+        for group in (workers, [head]):
+            for pid in left(group):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            while left(group) and time.monotonic() - t1 < 60:
+                time.sleep(0.1)
         down = time.monotonic() - t1
         for pid in left():
             with contextlib.suppress(ProcessLookupError):
