@@ -1,21 +1,35 @@
 # The two set-up commands of the README:
 #   make demo   venv + pinned stack, provision the embedded one-machine cluster, run a job on it
-#   make test   system packages, venv + pinned stack, lint, pytest (unit + integration), every
-#               molecule scenario (what CI runs)
+#   make test   system packages, venv + pinned stack + developer tools, lint, pytest (unit +
+#               integration), every molecule scenario (what CI runs)
 # The edit loop: make check (lint + unit tests, no cluster, no root).
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 export RAY_USAGE_STATS_ENABLED := 0
+# uv installs no bytecode (pip compiled every file it installed: a third of its time): each module's is written
+# at its first import instead, by whichever process imports it first. An environment that sets
+# PYTHONDONTWRITEBYTECODE (container images often do) would make every process compile every module it imports,
+# every time (20 s of `python -m trainer.tiny model` here): these targets' processes, the cluster's services
+# that site.yml starts from them included, write the venv's bytecode.
+unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv demo up down status test check system-deps lint pytest molecule clean lane-1 lane-2 \
+.PHONY: venv dev demo up down status test check system-deps lint pytest molecule clean lane-1 lane-2 \
 	pytest-clusters pytest-rest molecule-cluster molecule-roles
 
+# The venv in two steps: what the demo runs (the stack and rlrun, extra cpu), then the developer tools
+# (extra dev: ruff, yamllint, ansible-lint, molecule, pytest, ...) for the targets that lint and test.
 $(VENV)/.stack-installed: pyproject.toml constraints/cpu.txt scripts/install-stack.sh
-	scripts/install-stack.sh $(VENV)
+	scripts/install-stack.sh $(VENV) cpu
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.stack-installed
+	scripts/install-stack.sh $(VENV) cpu,dev
 	touch $@
 
 venv: $(VENV)/.stack-installed
+
+dev: $(VENV)/.dev-installed
 
 # The embedded default job: preset tiny-rloo (rlrun/presets/tiny-rloo.yaml). `rlrun submit` makes a
 # tiny random-init model and toy prompts under build/tiny (no model hub), checks the job against the
@@ -44,7 +58,7 @@ status: venv
 # They share no cluster, port, address range or state directory, and both spend much of their time
 # waiting on processes they started, so on 2 cores they end well before the two one after the other.
 # Within a lane a failure does not hide the lane's later steps (make -k); any failure fails the run.
-test: system-deps venv lint
+test: system-deps dev lint
 	scripts/lanes.sh lane-1 lane-2
 
 lane-1: pytest-clusters molecule-cluster
@@ -53,12 +67,12 @@ lane-2: pytest-rest molecule-roles
 system-deps:
 	scripts/system-deps.sh
 
-lint: venv
+lint: dev
 	ruff check .
 	yamllint -s .
 	ansible-lint --profile production --offline
 
-check: venv lint
+check: dev lint
 	python -m pytest -q tests/unit
 
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
@@ -73,10 +87,10 @@ CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_clust
 # own (see pyproject's vllm_inproc marker).
 pytest: pytest-clusters pytest-rest
 
-pytest-clusters: venv
+pytest-clusters: dev
 	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-1 $(CLUSTER_TESTS)
 
-pytest-rest: venv
+pytest-rest: dev
 	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-2 $(addprefix --ignore=,$(CLUSTER_TESTS))
 	python -m pytest -ra -m vllm_inproc --basetemp=/tmp/rlrun-pytest-vllm tests/integration/test_vllm_engine.py
 
@@ -89,11 +103,11 @@ pytest-rest: venv
 MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server retriever preflight firewall
 molecule: molecule-cluster molecule-roles
 
-molecule-cluster: venv
+molecule-cluster: dev
 	molecule test -s default
 	molecule test -s multinode
 
-molecule-roles: venv
+molecule-roles: dev
 	set -e; for s in $(MOLECULE_ROLES); do molecule test -s $$s; done
 
 clean:

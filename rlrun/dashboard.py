@@ -177,6 +177,11 @@ def cluster_problems(cluster, nodes: list[Node], reward: dict[str, str],
     return problems
 
 
+# Seconds between two looks at the dashboard while nodes join: a node is alive ~1 s after its raylet starts,
+# and a bring-up waits for the last one.
+POLL = 0.25
+
+
 def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: float) -> Node:
     """Poll until a node with `node_ip` is ALIVE; the last error explains a timeout."""
     deadline = time.monotonic() + timeout
@@ -195,11 +200,11 @@ def wait_node_alive(dashboard: str, token: str | None, node_ip: str, timeout: fl
         if time.monotonic() >= deadline:
             raise RlrunError(f"node {node_ip} is not alive in the cluster at {dashboard} after {timeout:.0f} s "
                              f"({last})")
-        time.sleep(1.0)
+        time.sleep(POLL)
 
 
 def wait_nodes_alive(dashboard: str, token: str | None, count: int, timeout: float,
-                     interval: float = 1.0) -> list[Node]:
+                     interval: float = POLL) -> list[Node]:
     """Poll until exactly `count` nodes are ALIVE (nodes joining, or a restarted node's old self not yet marked
     dead), at most `timeout` seconds; returns the last listing either way, for the caller's checks. A refused
     token or a dashboard that never answers is an error."""

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlrun.checks.cluster import token_problem
+from rlrun.checks.problems import show
 from rlrun.contract import ANSIBLE_DIR, open_contract
 from rlrun.errors import RlrunError, is_vault_error, vault_message
 
@@ -79,6 +81,18 @@ class Cluster:
             raise RlrunError(f"cannot read the {what} {store}: {exc.strerror}") from None
 
 
+def _explicit_token(inventory: Path, var: str, value) -> str:
+    """The token the inventory sets, refused in one line by the rule `rlrun validate` applies (an empty token
+    would otherwise reach the cluster as no token at all)."""
+    problem = token_problem(var, value)
+    if problem:
+        hidden, expected = problem
+        shown = "" if hidden else f" = {show(value)}"
+        raise RlrunError(f"inventory {inventory}: {var}{shown}: {expected} (`rlrun validate` names the file and "
+                         "line)")
+    return value
+
+
 def default_inventory() -> Path:
     """$RLRUN_INVENTORY, else ./inventory, else the project's embedded inventory."""
     env = os.environ.get("RLRUN_INVENTORY")
@@ -117,11 +131,12 @@ def load_cluster(inventory: str | os.PathLike | None = None, vault_password_file
         )
         if auth:
             if contract.is_set(head, "cluster__token"):
-                cluster.explicit_token = str(get("cluster__token")).strip()
+                cluster.explicit_token = _explicit_token(inv_path, "cluster__token", get("cluster__token"))
             else:
                 cluster.token_store = Path(get("cluster__token_store"))
             if contract.is_set(head, "cluster__reward_token"):
-                cluster.explicit_reward_token = str(get("cluster__reward_token")).strip()
+                cluster.explicit_reward_token = _explicit_token(inv_path, "cluster__reward_token",
+                                                                get("cluster__reward_token"))
             else:
                 cluster.reward_token_store = Path(get("cluster__reward_token_store"))
         if bool(get("cluster__reward_tls")):

@@ -8,7 +8,9 @@ hosts (groups, one address per node, the head's name, tokens and modes, `rlrun s
 the whole inventory. rlrun/slurm/spec.py runs check_host on a Slurm job's values.
 
 Each module holds one concern: groups, variables (names and types), addresses, ports, paths, node (resources,
-accelerator), services (reward, retrieval), cluster (identity, agreement with the head, expectations). Every
+vendor), accel (the accelerator env file: devices, fabric, ROCm, extra variables; roles/accel_env's own assert
+runs these alone, :func:`check_accel`), services (reward, retrieval), cluster (identity, agreement with the
+head, expectations). Every
 problem goes through one recorder (problems.py) and names the file and line, the variable, its value and what
 is expected.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlrun.checks.accel import check_accel_env
 from rlrun.checks.addresses import check_address, check_addresses
 from rlrun.checks.cluster import check_agreement, check_expected, check_identity
 from rlrun.checks.groups import check_groups
@@ -28,7 +31,7 @@ from rlrun.checks.services import check_retriever, check_retriever_ports, check_
 from rlrun.checks.variables import check_names, check_types
 from rlrun.inventory_view import InventoryView
 
-__all__ = ["Problem", "Roles", "check_host", "check_inventory"]
+__all__ = ["Problem", "Roles", "check_accel", "check_host", "check_inventory"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ def _host(r: Recorder, host: str, roles: Roles) -> None:
     if roles.node:
         check_resources(r, host)
         check_accelerator(r, host)
+        check_accel_env(r, host)
     if roles.reward:
         check_reward(r, host)
     if roles.retriever:
@@ -104,4 +108,12 @@ def check_host(view: InventoryView, host: str, roles: Roles | None = None) -> li
     check_names(r, host)
     check_types(r, host)
     _host(r, host, roles or Roles.of(view, host))
+    return r.problems
+
+
+def check_accel(view: InventoryView, host: str) -> list[Problem]:
+    """The problems of `host`'s accelerator env file settings: what roles/accel_env asserts first
+    (lookup_plugins/accel_env_problems.py), the same rules as check_host's."""
+    r = Recorder(view)
+    check_accel_env(r, host)
     return r.problems

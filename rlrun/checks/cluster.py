@@ -25,6 +25,21 @@ def _token(r: Recorder, host: str, var: str) -> Any:
     return r.value(host, var)
 
 
+def token_problem(var: str, token: Any) -> tuple[bool, str] | None:
+    """What is wrong with the token `var` an inventory sets (with authentication on): (whether its value must be
+    hidden, what is expected), or None. The one rule for `rlrun validate`, every play's cluster role and every
+    command that reads the token (rlrun/inventory.py)."""
+    what = dict(TOKENS)[var]
+    if not isinstance(token, str) or not token.strip():
+        return False, (f"is empty: with authentication on, {what} needs a token; leave {var} unset to generate "
+                      "one, or set it from a vault")
+    if re.search(r"\s", token.strip()) or token != token.strip():
+        return True, "contains white space: a token is one word (64 hex characters: openssl rand -hex 32)"
+    if len(token) < TOKEN_MIN:
+        return True, f"is {len(token)} characters: use at least {TOKEN_MIN} (openssl rand -hex 32)"
+    return None
+
+
 def check_identity(r: Recorder, host: str) -> None:
     name = r.value(host, N.cluster_name, "local")
     if name is not UNKNOWN and (not isinstance(name, str) or not NAME.match(name)):
@@ -34,18 +49,14 @@ def check_identity(r: Recorder, host: str) -> None:
     if node_files is not UNKNOWN and node_files not in (None, "present", "absent"):
         r.add(host, N.node_files, node_files, "must be present, absent or null (a role parameter of cluster: "
               "playbooks/cluster.yml installs this host's files, teardown.yml removes them, every other play checks)")
-    for var, what in TOKENS:
+    for var, _what in TOKENS:
         token = _token(r, host, var)
         if token is UNKNOWN:
             continue
-        if not isinstance(token, str) or not token.strip():
-            r.add(host, var, r.raw(host)[var], f"is empty: with authentication on, {what} needs a token; leave "
-                  f"{var} unset to generate one, or set it from a vault")
-        elif re.search(r"\s", token.strip()) or token != token.strip():
-            r.add(host, var, HIDDEN, "contains white space: a token is one word (64 hex characters: openssl rand "
-                  "-hex 32)")
-        elif len(token) < TOKEN_MIN:
-            r.add(host, var, HIDDEN, f"is {len(token)} characters: use at least {TOKEN_MIN} (openssl rand -hex 32)")
+        problem = token_problem(var, token)
+        if problem:
+            hidden, expected = problem
+            r.add(host, var, HIDDEN if hidden else r.raw(host)[var], expected)
     cluster_token = _token(r, host, N.token)
     for var, what in TOKENS[1:]:
         token = _token(r, host, var)

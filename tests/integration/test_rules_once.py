@@ -187,3 +187,52 @@ def test_a_roles_assert_checks_its_role_parameters_by_rlrun_validates_rules(role
     failed = [json.loads(m) for m in re.findall(r'"msg": ("FAILED .*")', out)]
     assert len(failed) == 1, out[-3000:]
     assert failed[0] == "FAILED localhost: " + "; ".join(expected), f"\nrlrun validate: {expected}\n{out[-3000:]}"
+
+
+# Hosts reached locally (their accelerator env file goes to the inventory's state dir), each breaking one rule
+# of the accelerator env file, or none.
+ACCEL = {
+    "a1": {"accel_env__rocm_version": "6.2"},  # on a cpu host: accel_env's own assert held this rule alone before
+    "a2": {"accel_env__gloo_socket_ifname": "eth0,eth1"},
+    "a3": {"accel_env__nccl_debug": "WARN", "accel_env__extra": {"NCCL_DEBUG": "INFO"}},
+    "a4": {"cluster__accelerator": "amd", "accel_env__rocm_version": "6.10"},  # right
+}
+
+
+def test_the_accel_env_roles_assert_reports_what_rlrun_validate_does(tmp_path):
+    workers = {host: {"ansible_connection": "local", "ansible_python_interpreter": str(BIN / "python"),
+                      "cluster__node_address": f"127.0.29.{i}", **bad}
+               for i, (host, bad) in enumerate(ACCEL.items(), start=1)}
+    inv = write_inventory(tmp_path / "inv", "accel", "127.0.29.100", P, workers=workers)
+    cli = subprocess.run([str(BIN / "rlrun"), "-i", str(inv), "validate", "--json"], capture_output=True, text=True,
+                         timeout=120, env=ansible_env(), cwd=PROJECT)
+    assert cli.returncode == 1, cli.stderr
+    offline = _by_host(json.loads(cli.stdout)["problems"])
+    assert set(offline) == {"a1", "a2", "a3"}, offline
+    assert offline["a1"] == {"accel_env__rocm_version = '6.2': is only for AMD GPUs, and this host's "
+                             "cluster__accelerator is cpu: remove it, or set cluster__accelerator to amd"}
+
+    # accel_env alone after the cluster role (its assert skipped as passed): the role's own first task fails on
+    # exactly those hosts with exactly those problems; a4 goes on and writes its file.
+    play = tmp_path / "accel_assert.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "accel_env's assert", "hosts": "ray_workers", "gather_facts": False,
+        "vars": {"cluster__checked": True},
+        "roles": [{"role": "cluster", "vars": {"cluster__node_files": "present"}}],
+        "tasks": [{"block": [{"ansible.builtin.import_role": {"name": "accel_env"}}],
+                   "rescue": [{"ansible.builtin.debug": {
+                       "msg": "PROBLEMS {{ ansible_failed_task.name }} {{ query('accel_env_problems') | to_json }}"}}]}]}],
+        sort_keys=False))
+    env = {**ansible_env(), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    result = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(play)], capture_output=True,
+                            text=True, env=env, timeout=300, cwd=PROJECT)
+    out = result.stdout + result.stderr
+    in_play: dict[str, set[str]] = {}
+    for host, text in re.findall(r'ok: \[([\w.-]+)\] => \{\s*"msg": ("PROBLEMS .*")\s*\}', out):
+        message = json.loads(text)
+        assert message.startswith("PROBLEMS Check accel_env inputs "), message
+        in_play[host] = set(json.loads(message.removeprefix("PROBLEMS Check accel_env inputs ")))
+    assert in_play == offline, f"\nrlrun validate: {offline}\naccel_env: {in_play}\n{out[-3000:]}"
+    env_file = tmp_path / "inv" / "state" / "a4" / "accel.env"
+    assert "HSA_NO_SCRATCH_RECLAIM='1'" in env_file.read_text(), out[-3000:]
+    assert not (tmp_path / "inv" / "state" / "a1" / "accel.env").exists()

@@ -77,7 +77,8 @@ def test_split_placement_gives_each_engine_a_group_of_its_own_gpus_on_one_node()
 
 
 def test_without_gpus_ranks_take_a_quarter_cpu_and_the_hf_engine_gets_bytes():
-    p = placement.plan(cfg_of("tiny-rloo", "rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false"),
+    p = placement.plan(cfg_of("tiny-rloo", "rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false",
+                                  "enforce_eager=false"),
                        use_gpus=False)
     assert all(g.cpus_per_actor == placement.CPU_ONLY_CPUS and not g.use_gpus for g in p.groups)
     assert p.weight_transport == "safetensors"

@@ -1,12 +1,14 @@
 """rlrun reads the cluster's address and token from the inventory, or says clearly why not."""
 
 
+import subprocess
+
 import pytest
 import yaml
 
 from rlrun.errors import RlrunError
 from rlrun.inventory import load_cluster
-from tests.conftest import PROJECT, write_inventory
+from tests.conftest import BIN, PROJECT, write_inventory
 
 
 def test_embedded_inventory_describes_the_one_machine_cluster():
@@ -96,3 +98,33 @@ def test_seed_example_inventory_is_not_loaded_by_default():
     assert seed.head == "gpu005" and seed.nodes == ["gpu004", "gpu005"]
     assert seed.dashboard_url.endswith(":8101")
     assert len(seed.reward_urls) == 1 and seed.reward_urls[0].endswith(":5001/get_reward")
+
+
+@pytest.mark.parametrize(("var", "value", "line"), [
+    ("cluster__token", "", "cluster__token = '': is empty: with authentication on, the cluster needs a token"),
+    ("cluster__token", None, "cluster__token = null: is empty: with authentication on, the cluster needs a token"),
+    ("cluster__token", "   ", "cluster__token = '   ': is empty"),
+    ("cluster__token", "changeme", "cluster__token: is 8 characters: use at least 32"),
+    ("cluster__reward_token", "", "cluster__reward_token = '': is empty: with authentication on, the reward service "
+                                  "needs a token"),
+])
+def test_a_token_the_inventory_sets_wrong_is_one_line_naming_it(tmp_path, var, value, line):
+    # It used to reach an `assert` (an empty explicit token is no token and no store): "unexpected AssertionError".
+    inv = write_inventory(tmp_path, "theta", "127.0.0.9", 9300, group_vars={var: value})
+    with pytest.raises(RlrunError) as err:
+        load_cluster(inv)
+    message = str(err.value)
+    assert message.startswith(f"inventory {inv}: {line}") and "\n" not in message, message
+    assert "changeme" not in message  # a token, even a bad one, is never shown
+
+
+def test_every_command_that_reads_the_inventory_names_an_empty_token(tmp_path):
+    inv = write_inventory(tmp_path, "iota", "127.0.0.9", 9300, group_vars={"cluster__token": ""})
+    for argv in (["status"], ["list"], ["logs", "rlrun-x"], ["stop", "rlrun-x"]):
+        proc = subprocess.run([str(BIN / "rlrun"), "-i", str(inv), "--timeout", "1", *argv], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert proc.stderr.splitlines() == [
+            f"error: inventory {inv}: cluster__token = '': is empty: with authentication on, the cluster needs a "
+            "token; leave cluster__token unset to generate one, or set it from a vault (`rlrun validate` names the "
+            "file and line)"], (argv, proc.stderr)

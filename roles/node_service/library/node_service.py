@@ -82,6 +82,8 @@ files_changed: {description: Paths written, created or removed., type: list, ret
 
 
 PLACEHOLDER = "__RLRUN_SERVICE_DIGEST__"
+# Seconds between two looks while a started service gets ready (a port that accepts, a health URL that answers).
+POLL = 0.2
 
 
 class Converge:
@@ -293,7 +295,7 @@ class Converge:
             if time.monotonic() > deadline:
                 self.fail(f"nothing accepts connections on {host}:{port} {timeout} s after the start (last: {last}); "
                           f"see the service's log in {self.p['run_dir']} or its journal")
-            time.sleep(0.5)
+            time.sleep(POLL)
 
     def wait_health(self) -> None:
         url, timeout = self.p["health_url"], self.p["wait_timeout"]
@@ -312,7 +314,7 @@ class Converge:
             if time.monotonic() > deadline:
                 self.fail(f"{url} did not answer 200 within {timeout} s (last: {last}); see the service's log in "
                           f"{self.p['run_dir']} or its journal")
-            time.sleep(1)
+            time.sleep(POLL)
 
     # -- the call ----------------------------------------------------------------------------------
     def __call__(self) -> dict:

@@ -10,6 +10,8 @@ pipelined: no temp script, no terminal):
   mode=probe  connects to the peers' ports, asks the reward and retrieval services' /health_check
               (the reward service's over HTTPS, checked against ca_file, with cluster__reward_tls)
   mode=stop   ends the listener that check left (only if PID and start time match)
+  mode=accelerator  only the GPUs against cluster__accelerator and the inventory's GPUs, as check reports
+              them, but failing with them: site.yml runs it on each GPU node before changing anything there
 
 spec is the mode's input (see the role's vars/main.yml). Problems are data
 (returned, never failures): tasks/report.yml merges them into one table.
@@ -44,10 +46,10 @@ module: preflight_node
 short_description: One node's part of rlrun's preflight (check, probe, stop).
 options:
   mode:
-    description: check, probe or stop.
+    description: check, probe, stop or accelerator.
     type: str
     required: true
-    choices: [check, probe, stop]
+    choices: [check, probe, stop, accelerator]
   spec:
     description: The mode's input.
     type: dict
@@ -278,6 +280,52 @@ def describe(port, address, listeners, owners, own):
     return "foreign", "held by " + "; ".join(texts)
 
 
+GPU_SOURCES = {"nvidia": ("NVIDIA", "/proc/driver/nvidia/gpus, /dev/nvidia*"),
+               "amd": ("AMD", "/sys/class/kfd: no GPU node with SIMD units")}
+
+
+def count_gpus(vendor):
+    """The GPUs of `vendor` (nvidia, amd) this host has; 0 for any other."""
+    if vendor == "nvidia":
+        return len(glob.glob("/proc/driver/nvidia/gpus/*")) or \
+            len([d for d in glob.glob("/dev/nvidia[0-9]*") if d[len("/dev/nvidia"):].isdigit()])
+    if vendor == "amd":
+        found = 0
+        for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+            try:
+                with open(props) as fh:
+                    found += any(line.split()[:1] == ["simd_count"] and int(line.split()[1]) > 0 for line in fh)
+            except (OSError, ValueError, IndexError):
+                pass
+        return found
+    return 0
+
+
+def accelerator_problems(vendor, gpus, visible_devices):
+    """[(check, problem)]: the GPUs the inventory gives this node (cluster__accelerator, ray_node__num_gpus,
+    accel_env__visible_devices) against the ones it has. `rlrun check` (mode check) and site.yml's cluster
+    play (mode accelerator, before anything changes on the host) ask the same."""
+    if vendor not in GPU_SOURCES and gpus is None:
+        return []
+    found = count_gpus(vendor)
+    out = []
+    usable = found
+    if visible_devices:
+        bad = [d for d in visible_devices if int(d) >= found]
+        if bad:
+            out.append(("gpus", f"accel_env__visible_devices {visible_devices}: devices {bad} do not exist "
+                                f"({found} {vendor} GPUs found)"))
+        usable = min(found, len(visible_devices))
+    if gpus is not None and float(gpus) > usable:
+        out.append(("gpus", f"the inventory gives this node {float(gpus):g} GPUs (ray_node__num_gpus), "
+                            f"{usable} {vendor} GPUs are usable"))
+    elif vendor in GPU_SOURCES and found == 0:
+        name, where = GPU_SOURCES[vendor]
+        out.append(("gpus", f"cluster__accelerator is {vendor}, but this host has no {name} GPU ({where}): set "
+                            "cluster__accelerator to cpu for a host without GPUs"))
+    return out
+
+
 def check(cfg):
     host = cfg["host"]
     out = {"problems": [], "targets": [], "listener": None, "running": {}, "health": []}
@@ -352,32 +400,8 @@ def check(cfg):
                 problem("interface", f"{var}={value}: interface {iface} is down")
 
     # GPUs as the inventory says.
-    if cfg["gpus"] is not None:
-        vendor = cfg["gpu_vendor"]
-        if vendor == "nvidia":
-            found = len(glob.glob("/proc/driver/nvidia/gpus/*")) or \
-                len([d for d in glob.glob("/dev/nvidia[0-9]*") if d[len("/dev/nvidia"):].isdigit()])
-        elif vendor == "amd":
-            found = 0
-            for props in glob.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
-                try:
-                    with open(props) as fh:
-                        found += any(line.split()[:1] == ["simd_count"] and int(line.split()[1]) > 0
-                                     for line in fh)
-                except (OSError, ValueError, IndexError):
-                    pass
-        else:
-            found = 0
-        usable = found
-        if cfg["visible_devices"]:
-            bad = [d for d in cfg["visible_devices"] if int(d) >= found]
-            if bad:
-                problem("gpus", f"accel_env__visible_devices {cfg['visible_devices']}: devices {bad} do not exist "
-                                f"({found} {vendor} GPUs found)")
-            usable = min(found, len(cfg["visible_devices"]))
-        if float(cfg["gpus"]) > usable:
-            problem("gpus", f"the inventory gives this node {float(cfg['gpus']):g} GPUs (ray_node__num_gpus), "
-                            f"{usable} {vendor} GPUs are usable")
+    for name, text in accelerator_problems(cfg["gpu_vendor"], cfg["gpus"], cfg["visible_devices"]):
+        problem(name, text)
 
     # Ports: free, or held by this cluster's own services.
     services = cfg["services"]
@@ -526,7 +550,8 @@ def stop(cfg):
 
 def main():
     module = AnsibleModule(
-        argument_spec={"mode": {"type": "str", "required": True, "choices": ["check", "probe", "stop"]},
+        argument_spec={"mode": {"type": "str", "required": True,
+                                "choices": ["check", "probe", "stop", "accelerator"]},
                        "spec": {"type": "dict", "required": True}},
         supports_check_mode=True)
     mode, cfg = module.params["mode"], module.params["spec"]
@@ -535,6 +560,12 @@ def main():
         result = check(cfg)
     elif mode == "probe":
         result = probe(cfg)
+    elif mode == "accelerator":
+        problems = [text for _name, text in accelerator_problems(cfg["gpu_vendor"], cfg["gpus"],
+                                                                   cfg["visible_devices"])]
+        if problems:
+            module.fail_json(msg=f"{cfg['host']}: " + "; ".join(problems))
+        result = {"problems": []}
     else:
         result = stop(cfg)
     module.exit_json(changed=False, **result)
