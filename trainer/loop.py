@@ -131,7 +131,7 @@ class Trainer:
         exactly before its checkpoint replaces the policy."""
         import ray
 
-        from trainer.data import load_prompts
+        from trainer.data import chat_tools, load_prompts
 
         cfg, tok = self.cfg, self.tokenizer
         # Own warm-up data (--sft_data) is read whole: --max_samples caps the RL prompts.
@@ -139,7 +139,8 @@ class Trainer:
                                    label_key=cfg.sft_output_key, apply_chat_template=cfg.apply_chat_template,
                                    input_template=cfg.input_template,
                                    max_samples=None if cfg.sft_data else cfg.max_samples,
-                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True)
+                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True,
+                                   chat_tools=chat_tools(cfg))
         print(f"warm-up data ({cfg.sft_data or cfg.prompt_data}, {cfg.sft_output_key!r} as targets): "
               f"{stats.as_dict()}", flush=True)
         eos = tok.eos_token_id

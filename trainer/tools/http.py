@@ -130,6 +130,7 @@ class Http(Tool):
         self.client = HttpToolClient(token=token, timeout=timeout, retries=retries, backoff=0.5,
                                      outage_timeout=outage_timeout)
         self._pool: ThreadPoolExecutor | None = None
+        self.token_file: str | None = None  # read at the first call
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -138,20 +139,28 @@ class Http(Tool):
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any]) -> Http:
-        token = None
-        if s.get("http_tool_token_file"):
-            try:
-                token = load_token_file(s["http_tool_token_file"])
-            except Exception as e:  # noqa: BLE001 - the service module's ConfigError: a one-line fault here
-                raise HttpToolFault(f"HTTP tool: {e}") from None
+        """The tool the job's flags describe; its token file is read at the first call (in the engine's
+        process: building the tool elsewhere, for the prompts' schemas, reads nothing)."""
         try:
-            return cls(s["http_tool_url"], name=s["http_tool_name"], template=s["http_tool_template"],
-                       result_key=s["http_tool_result_key"], token=token, timeout=s["http_tool_timeout"],
+            tool = cls(s["http_tool_url"], name=s["http_tool_name"], template=s["http_tool_template"],
+                       result_key=s["http_tool_result_key"], timeout=s["http_tool_timeout"],
                        retries=s["http_tool_retries"], outage_timeout=s["http_tool_outage_timeout"])
         except ValueError as e:
             raise HttpToolFault(f"HTTP tool: {e}") from None
+        tool.token_file = s.get("http_tool_token_file")
+        return tool
+
+    def _read_token(self) -> None:
+        if self.token_file:
+            try:
+                token = load_token_file(self.token_file)
+            except Exception as e:  # noqa: BLE001 - the service module's ConfigError: a one-line fault here
+                raise HttpToolFault(f"HTTP tool: --http_tool_token_file: {e}") from None
+            self.client.headers["Authorization"] = f"Bearer {token}"
+        self.token_file = None
 
     def call_batch(self, batch: Sequence[Mapping[str, Any]]) -> list[str | BaseException]:
+        self._read_token()
         if len(batch) == 1:
             return [self._one(batch[0])]
         if self._pool is None:

@@ -90,6 +90,11 @@ def build_tools(s: Mapping[str, Any]) -> list[Tool]:
     return tools
 
 
+def schemas(s: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tools' OpenAI-style schemas (the JSON format's prompts); building a tool starts nothing."""
+    return [tool.schema() for tool in build_tools(s)]
+
+
 def build_toolbox(s: Mapping[str, Any], tokenizer: Any = None, tools: list[Tool] | None = None) -> Toolbox:
     """The toolbox ``s`` describes (``tools``: already built ones, e.g. in tests)."""
     tools = build_tools(s) if tools is None else tools
