@@ -109,6 +109,7 @@ class RolloutStats:
     generate_s: float = 0.0  # inside the engine's generate calls
     tool_s: float = 0.0  # the tools' calls (with rendering and tokenizing their results)
     other_s: float = 0.0  # tokenising, bookkeeping between turns
+    tokenize_s: float = 0.0  # tokenizing the tools' results (part of tool_s in the streaming loop, of other_s in rounds)
     tool_calls: int = 0
     samples: int = 0
     by_tool: dict[str, Any] = field(default_factory=dict)  # name -> trainer.tools.toolbox.ToolStats
@@ -116,6 +117,7 @@ class RolloutStats:
 
     def as_dict(self) -> dict[str, float]:
         out = {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
+               "tokenize_s": self.tokenize_s,
                "tool_calls": float(self.tool_calls), "samples": float(self.samples),
                "inserted_tokens": float(self.inserted_tokens)}
         for name, st in self.by_tool.items():  # summed over engines by the loop's tool_metrics
@@ -298,8 +300,11 @@ def run_tool_rollout_streaming(
         t0 = time.perf_counter()
         calls = [c for _, c in batch]
         results = box.run(calls, stats.by_tool, [i for i, _ in batch])
-        return batch, [box.block_ids(c, res, tokenize) for c, res in zip(calls, results, strict=True)], \
-            time.perf_counter() - t0
+        t1 = time.perf_counter()
+        blocks = [box.block_ids(c, res, tokenize) for c, res in zip(calls, results, strict=True)]
+        t2 = time.perf_counter()
+        stats.tokenize_s += t2 - t1
+        return batch, blocks, t2 - t0
 
     waiting: list[tuple[int, Any]] = []  # called, not yet sent
     inflight: Future | None = None
@@ -385,8 +390,10 @@ def _call_tool(box: Any, calling: list[tuple[int, ToolRollout, Any]], tokenize: 
     stats.tool_calls += len(calling)
     t1 = time.perf_counter()
     stats.tool_s += t1 - t0
-    for (_, r, call), result in zip(calling, results, strict=True):
-        _insert(r, box.block_ids(call, result, tokenize), max_new_tokens, call.tool, box.max_sample_tokens, stats)
+    blocks = [box.block_ids(call, result, tokenize) for (_, _, call), result in zip(calling, results, strict=True)]
+    stats.tokenize_s += time.perf_counter() - t1
+    for (_, r, call), block in zip(calling, blocks, strict=True):
+        _insert(r, block, max_new_tokens, call.tool, box.max_sample_tokens, stats)
     stats.other_s += time.perf_counter() - t1
 
 
