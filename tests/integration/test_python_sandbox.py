@@ -192,3 +192,17 @@ def test_the_interpreter_must_be_readable_by_the_sandbox_user(tmp_path):
         p.stat().st_mode & 0o001 for p in open_dir.parents)  # pytest's tmp root may itself be private
     assert not readable_by_others(str(closed_dir / "python3"))
     assert readable_by_others(default_python()) or os.geteuid() != 0
+
+
+def test_concurrent_runs_each_get_their_own_output():
+    """Many runs at once through one server: each result is its own code's (a descriptor closed twice by one
+    run's thread once ended another's pipe: every call of a trainer's rollout came back as an error)."""
+    tool = Python(LIMITS, parallel=6)
+    for _ in range(2):
+        results = tool.call_batch([{"code": f"print({i} * {i})"} for i in range(48)])
+        assert [r.text for r in results] == [str(i * i) for i in range(48)]
+        assert not any(r.error for r in results)
+    tool.sandbox.close_server()  # a server that died is started again at the next run
+    (again,) = tool.call_batch([{"code": "print('again')"}])
+    assert again.text == "again"
+    tool.close()

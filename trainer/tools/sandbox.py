@@ -165,19 +165,25 @@ class Sandbox:
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         t0 = time.monotonic()
+        ours = [code_w, out_r, status_r]  # each closed exactly once: a descriptor closed twice may be another thread's
         try:
-            try:
-                self._send(config, [code_r, out_w, status_w])
-            finally:
-                for fd in (code_r, out_w, status_w):
-                    os.close(fd)
-            return self._collect(code.encode("utf-8", "replace"), code_w, out_r, status_r, t0)
+            self._send(config, [code_r, out_w, status_w])
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
         finally:
-            for fd in (code_w, out_r, status_r):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            for fd in (code_r, out_w, status_w):
+                os.close(fd)
+        writer = [code_w]  # emptied by _read once the code is written and its pipe closed
+        try:
+            return self._read(code.encode("utf-8", "replace"), writer, out_r, status_r, t0)
+        finally:
+            for fd in (*writer, out_r, status_r):
+                os.close(fd)
 
-    def _collect(self, code: bytes, code_w: int, out_r: int, status_r: int, t0: float) -> Outcome:
+    def _read(self, code: bytes, writer: list[int], out_r: int, status_r: int, t0: float) -> Outcome:
+        code_w = writer[0]
         lim = self.limits
         deadline = t0 + lim.timeout
         out, status = bytearray(), bytearray()
@@ -197,6 +203,7 @@ class Sandbox:
                 written = os.write(code_w, code)
                 code = code[written:]
                 if not code:
+                    writer.clear()
                     os.close(code_w)
                     writing = []
             for f in readable:
