@@ -5,6 +5,7 @@ the per-call cap."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from trainer.deadlines import Fault
 from trainer.tools.base import Call, Tool
 from trainer.tools.formats import JsonFormat, TagFormat
+
+log = logging.getLogger(__name__)
 
 #: What the model reads after a result cut at --tool_max_result_tokens.
 TRUNCATED = "\n...[truncated]"
@@ -57,6 +60,7 @@ class Toolbox:
         self.tool_max_calls = dict(tool_max_calls or {})
         self.max_result_tokens = max_result_tokens
         self.max_sample_tokens = max_sample_tokens
+        self.errors_seen = 0  # the first few errors' texts are logged (the job's log), then every 1000th
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -102,6 +106,12 @@ class Toolbox:
                         st.samples.add(rows[i])
             if st is not None:
                 st.seconds += time.perf_counter() - t0
+        for call, result in zip(calls, results, strict=True):
+            if result is not None and result.error:
+                self.errors_seen += 1
+                if self.errors_seen <= 3 or self.errors_seen % 1000 == 0:
+                    log.warning("tool %s: error #%d: %s (the model reads it as the result)", call.tool or "?",
+                                self.errors_seen, " ".join(result.text.split())[:300])
         for i, call in enumerate(calls):  # the calls that could not be read count as errors of their tool
             if call.error is not None and stats is not None:
                 st = stats.setdefault(call.tool or "invalid", ToolStats())
