@@ -70,14 +70,19 @@ def strip_clocks(rows: list[dict]) -> list[dict]:
 
 
 def first_difference(a: list[dict], b: list[dict]) -> str | None:
-    """None when the two runs' metrics (clocks left out) are equal step by step, else the first difference."""
+    """None when every metric of run ``a`` (clocks left out) has the same value in run ``b``, step by step (``b``
+    may log more: a newer trainer's metrics), else the first difference."""
     if len(a) != len(b):
         return f"{len(a)} steps against {len(b)}"
     for x, y in zip(strip_clocks(a), strip_clocks(b), strict=True):
-        if x != y:
-            keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+        keys = sorted(k for k in x if x[k] != y.get(k))
+        if keys:
             return f"step {x.get('step')}: " + ", ".join(f"{k} {x.get(k)} != {y.get(k)}" for k in keys[:6])
     return None
+
+
+def added_keys(a: list[dict], b: list[dict]) -> list[str]:
+    return sorted({k for r in strip_clocks(b) for k in r} - {k for r in strip_clocks(a) for k in r})
 
 
 def curve(rows: list[dict], every: int, t0: float | None) -> str:
@@ -139,14 +144,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{os.getloadavg()[0]:.1f}); metrics {out}/metrics.jsonl\n{curve(rows, args.every, t0)}", flush=True)
     status = 0
     for k in range(1, len(runs)):
-        diff = first_difference(runs[0], runs[k])
+        diff = first_difference(runs[0], runs[k]) or first_difference(runs[k], runs[0])
         print(f"run {k + 1} against run 1: " + ("equal step by step" if diff is None else f"DIFFERENT: {diff}"))
         status |= diff is not None
     if args.compare is not None:
         old = [json.loads(line) for line in args.compare.read_text().splitlines() if line.strip()]
         old = old[:len(runs[0])] if len(old) > len(runs[0]) else old
         diff = first_difference(old, runs[0])
-        print(f"run 1 against {args.compare}: " + ("equal step by step" if diff is None else f"DIFFERENT: {diff}"))
+        added = added_keys(old, runs[0])
+        print(f"run 1 against {args.compare}: " + ("equal step by step, every metric it logged" if diff is None
+                                                  else f"DIFFERENT: {diff}")
+              + (f"; metrics it did not log: {', '.join(added)}" if added else ""))
         status |= diff is not None
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
