@@ -369,3 +369,27 @@ def test_a_slow_tool_call_does_not_hold_the_other_samples() -> None:
     b = box(Slow())
     rows, _ = roll({1: ["<slow>a</slow>", "<answer>a</answer>"], 2: ["z" * 30]}, b, streaming=True)
     assert started.is_set() and text(rows[1].response) == "z" * 30
+
+
+def test_the_json_format_puts_the_tools_schemas_in_the_prompts(tmp_path) -> None:
+    """--tool_format json: the chat template gets tools= (Hermes / Qwen templates write them in the system
+    prompt); the tag format's prompts are as before."""
+    import json
+
+    from trainer.config import TrainerConfig
+    from trainer.data import prompts_from_config
+
+    tok = build_tokenizer()
+    tok.chat_template = "{% if tools %}TOOLS {{ tools | tojson }}\n{% endif %}" + tok.chat_template
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"q": [{"role": "user", "content": "what is 2*3?"}], "a": "6"}) + "\n")
+    common = dict(pretrain="-", prompt_data=str(data), input_key="q", label_key="a", apply_chat_template=True,
+                  reward_fn="exact_match", tools=("python",), max_samples=1, rollout_batch_size=1, train_batch_size=1,
+                  micro_train_batch_size=1, micro_rollout_batch_size=1, actor_num_gpus_per_node=1,
+                  advantage_estimator="group_norm", n_samples_per_prompt=2, init_kl_coef=0)
+    (json_prompt,), _ = prompts_from_config(TrainerConfig(**common, tool_format="json"), tok)
+    schema = json.loads(json_prompt.text.split("\n", 1)[0].removeprefix("TOOLS "))
+    assert schema == [{"type": "function", "function": {"name": "python", "description": schema[0]["function"]["description"],
+                       "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}]
+    (tag_prompt,), _ = prompts_from_config(TrainerConfig(**common), tok)
+    assert not tag_prompt.text.startswith("TOOLS") and tag_prompt.text == json_prompt.text.split("\n", 1)[1]
