@@ -113,6 +113,7 @@ class Python(Tool):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.sandbox.close_server()
 
 
 __all__ = ["Python", "SandboxUnavailable", "default_python", "readable_by_others"]

@@ -259,15 +259,18 @@ def probe(limits: Limits | None = None, python: str | None = None) -> str:
     import socket
 
     sandbox = Sandbox(limits, python)
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        outcome = sandbox.run(
-            "import os, socket\n"
-            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); net = 'REACHED'\n"
-            "except OSError:\n    net = 'unreachable'\n"
-            "print(os.getppid(), ','.join(n for _, n in socket.if_nameindex()), net)")
+    try:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            port = listener.getsockname()[1]
+            outcome = sandbox.run(
+                "import os, socket\n"
+                f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); net = 'REACHED'\n"
+                "except OSError:\n    net = 'unreachable'\n"
+                "print(os.getppid(), ','.join(n for _, n in socket.if_nameindex()), net)")
+    finally:
+        sandbox.close_server()
     words = outcome.output.split()
     if outcome.exit_code != 0 or words != ["1", "lo", "unreachable"]:
         raise SandboxUnavailable(f"python sandbox: the probe did not run isolated with {sandbox.python} (exit "
