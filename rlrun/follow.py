@@ -28,10 +28,13 @@ from rich.progress import (
 from trainer.metrics import parse_log_line
 
 REWARD_KEY = "reward/mean"
-# What the progress line shows, when the step logged it (search rollouts: the share of samples that
-# searched, turns per sample, exact match).
-SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns", "kl/mean", "async/staleness",
-                "rollout/logprob_mismatch", "dynamic_filtering/filtered_share", "engines/restarts")
+# What the progress line shows, when the step logged it (tool rollouts: the share of samples that called a tool
+# (searched), turns per sample, the share of calls that failed, exact match).
+SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns", "tools/rate", "tools/turns",
+                "tools/errors", "kl/mean", "async/staleness", "rollout/logprob_mismatch",
+                "dynamic_filtering/filtered_share", "engines/restarts")
+# Shown only when the first key is not there (the search tool's own names say the same).
+SAME_AS = {"tools/rate": "search/rate", "tools/turns": "search/turns"}
 # The evaluation's headline metrics (trainer.evaluate; K = --eval_n_samples): logged on evaluation steps only,
 # shown from then on with the step they are from.
 EVAL_KEYS = re.compile(r"^eval/(greedy|pass@\d+|mean@\d+)$")
@@ -180,6 +183,8 @@ class LogFollower:
         parts = []
         for key in SUMMARY_KEYS:
             value = self.last.get(key)
+            if key in SAME_AS and SAME_AS[key] in self.last:
+                continue
             if isinstance(value, int | float) and (value or key != "engines/restarts"):  # restarts: once there are
                 parts.append(f"{key}={value:.4g}")
         if self.evals:

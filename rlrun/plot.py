@@ -64,7 +64,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("accuracy", "fraction correct", lambda k: k == "reward/accuracy", ylim01=True),
     # trainer.evaluate's headline metrics (logged on evaluation steps; step 0: before training)
     Panel("evaluation", "reward on --eval_data", lambda k: bool(re.match(r"^eval/(greedy|pass@\d+|mean@\d+)$", k))),
-    Panel("search", "fraction of samples", lambda k: k in ("search/rate", "reward/exact_match"), ylim01=True),
+    Panel("tools", "fraction of samples (calls)", lambda k: k in ("search/rate", "tools/rate", "tools/errors",
+                                                                  "reward/exact_match"), ylim01=True),
     Panel("KL to the reference", "KL", lambda k: k.startswith("kl/") or k == "loss/kl"),
     Panel("policy loss", "loss", lambda k: k == "loss/policy"),
     Panel("critic", "loss / value", lambda k: k == "loss/critic" or k.startswith("critic/") and "clip" not in k),

@@ -50,7 +50,7 @@ PLACEHOLDERS = ("workdir", "reward_url", "retriever_url")
 TRAINER_PLACEHOLDERS = ("node_ip",)
 TRAINER_MODULE = "trainer.train_ppo_ray"
 # What a preset's `make` may run: the subcommands of python -m trainer.tiny.
-MAKE_KINDS = ("model", "dataset", "search")
+MAKE_KINDS = ("model", "dataset", "search", "python")
 _PLACEHOLDER_RE = re.compile(r"\{(\w*)\}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -217,12 +217,12 @@ def _hardware(raw: Any) -> tuple[Hardware, list[str]]:
 
 def _make(raw: Any) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     if not isinstance(raw, dict):
-        return {}, ["make: expected a mapping PATH: [model|dataset|search, ARGS...] (python -m trainer.tiny)"]
+        return {}, ["make: expected a mapping PATH: [model|dataset|search|python, ARGS...] (python -m trainer.tiny)"]
     out, problems = {}, []
     for path, args in raw.items():
         if (not isinstance(args, list) or not args or args[0] not in MAKE_KINDS
                 or not all(isinstance(a, str) for a in args)):
-            problems.append(f"make: {path}: expected [model|dataset|search, ARGS...] (strings), the arguments of "
+            problems.append(f"make: {path}: expected [model|dataset|search|python, ARGS...] (strings), the arguments of "
                             "python -m trainer.tiny after the output path")
             continue
         out[str(path)] = tuple(args)

@@ -192,13 +192,16 @@ def render_prompt(
     apply_chat_template: bool = False,
     input_template: str | None = None,
     tokenizer: Any = None,
+    chat_tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The prompt text of one record's ``input_key`` value (OpenRLHF's ``preprocess_data``)."""
+    """The prompt text of one record's ``input_key`` value (OpenRLHF's ``preprocess_data``); ``chat_tools``: the
+    tools' schemas for the chat template (``--tool_format json``: the template writes them where it wants)."""
     if apply_chat_template:
         if tokenizer is None:
             raise DataError("apply_chat_template needs a tokenizer")
+        extra = {"tools": chat_tools} if chat_tools else {}
         return tokenizer.apply_chat_template(
-            _chat(value, index, input_key), tokenize=False, add_generation_prompt=True
+            _chat(value, index, input_key), tokenize=False, add_generation_prompt=True, **extra
         )
     if not isinstance(value, str):
         what = "a list (chat messages? pass apply_chat_template)" if isinstance(value, list) else "not a string"
@@ -226,6 +229,7 @@ def build_prompts(
     tokenizer: Any = None,
     require_labels: bool = False,
     source: str = "prompt data",
+    chat_tools: list[dict[str, Any]] | None = None,
 ) -> tuple[list[Prompt], DataStats]:
     """Render ``records`` into :class:`Prompt` s and count what was dropped (see the module docstring).
 
@@ -249,7 +253,7 @@ def build_prompts(
         texts.append(
             render_prompt(
                 value, index=i, input_key=input_key, apply_chat_template=apply_chat_template,
-                input_template=input_template, tokenizer=tokenizer,
+                input_template=input_template, tokenizer=tokenizer, chat_tools=chat_tools,
             )
         )  # fmt: skip
         raw_label = rec.get(label_key) if label_key is not None else None
@@ -324,8 +328,17 @@ def prompts_from_config(
         cfg.prompt_data, input_key=cfg.input_key, label_key=cfg.label_key,
         apply_chat_template=cfg.apply_chat_template, input_template=cfg.input_template,
         max_samples=cfg.max_samples, prompt_max_len=cfg.prompt_max_len, tokenizer=tokenizer,
-        require_labels=require_labels,
+        require_labels=require_labels, chat_tools=chat_tools(cfg),
     )  # fmt: skip
+
+
+def chat_tools(cfg: Any) -> list[dict[str, Any]] | None:
+    """The tools' schemas the chat template puts in the prompts with ``--tool_format json`` (else None)."""
+    if getattr(cfg, "tool_format", "tags") != "json" or not getattr(cfg, "multi_turn", False):
+        return None
+    from trainer.tools.registry import schemas, settings
+
+    return schemas(settings(cfg))
 
 
 # ----------------------------------------------------------------------------------------------- sampler

@@ -329,10 +329,12 @@ class Engines:
 
     def deadline(self, sequences: int) -> float:
         """The deadline of a generate call of ``sequences`` on one engine: --generate_timeout per engine share of
-        a rollout batch it holds (an evaluation set may hold several), plus --retriever_outage_timeout with
-        tool rollouts (a retrieval outage is waited out inside the call)."""
+        a rollout batch it holds (an evaluation set may hold several), plus --retriever_outage_timeout with the
+        search tool and --http_tool_outage_timeout with the http tool (an outage is waited out inside the call)."""
         shares = max(1, math.ceil(sequences / engine_batch(self.cfg, len(self.handles))))
-        extra = self.cfg.retriever_outage_timeout if self.cfg.multi_turn else 0.0
+        tools = self.cfg.tool_names
+        extra = (self.cfg.retriever_outage_timeout if "search" in tools else 0.0) + (
+            self.cfg.http_tool_outage_timeout if "http" in tools else 0.0)
         return self.cfg.generate_timeout * shares + extra
 
     # --- a step's calls ---------------------------------------------------------------------------------
@@ -357,17 +359,18 @@ class Engines:
     def generate_with_tools(self, texts: list[str], *, seed: int, n: int | None = None,
                             temperature: float | None = None,
                             restore: Callable[[], Any] | None = None) -> tuple[list[Any], list[dict[str, float]]]:
-        """Multi-turn search rollouts: each engine runs the turn loop in its own process, so it asks the
-        retrieval service of its node (``{node_ip}`` in --retriever_url); see trainer.rollout.tools. Returns
-        the samples and each engine's time split. Failed engines: as :meth:`generate`."""
+        """Multi-turn tool rollouts: each engine runs the turn loop and the tools in its own process, so it asks
+        the services of its node (``{node_ip}`` in --retriever_url) and runs the sandboxes there; see
+        trainer.rollout.tools and trainer.tools. Returns the samples and each engine's stats (time split, tool
+        calls). Failed engines: as :meth:`generate`."""
+        from trainer.tools.registry import settings
+
         cfg = self.cfg
         n = cfg.n_samples_per_prompt if n is None else n
         temperature = cfg.temperature if temperature is None else temperature
         calls, most = self._shares(
             texts, n, temperature=temperature, top_p=cfg.top_p if temperature > 0 else 1.0,
-            max_new_tokens=cfg.generate_max_len, seed=seed, retriever_url=cfg.retriever_url,
-            retriever_topk=cfg.retriever_topk, max_turns=cfg.max_turns, retriever_timeout=cfg.retriever_timeout,
-            retriever_retries=cfg.retriever_retries, retriever_outage_timeout=cfg.retriever_outage_timeout)
+            max_new_tokens=cfg.generate_max_len, seed=seed, tools=settings(cfg))
         results = self.call("generate_with_tools", calls, self.deadline(most), "generate", restore)
         return ([s for i in sorted(results) for s in results[i][0]], [results[i][1] for i in sorted(results)])
 

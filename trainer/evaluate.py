@@ -69,12 +69,13 @@ class Evaluator:
         self.best = BestCheckpoint(Path(cfg.ckpt_path), cfg.save_best) if cfg.save_best else None
         if cfg.eval_data is None:
             return
-        from trainer.data import DataError, load_prompts
+        from trainer.data import DataError, chat_tools, load_prompts
 
         self.prompts, stats = load_prompts(
             cfg.eval_data, input_key=cfg.eval_input_key or cfg.input_key,
             label_key=cfg.eval_label_key or cfg.label_key, apply_chat_template=cfg.apply_chat_template,
-            input_template=cfg.input_template, prompt_max_len=cfg.prompt_max_len, tokenizer=trainer.tokenizer)
+            input_template=cfg.input_template, prompt_max_len=cfg.prompt_max_len, tokenizer=trainer.tokenizer,
+            chat_tools=chat_tools(cfg))
         print(f"eval data ({cfg.eval_data}): {stats.as_dict()}", flush=True)
         if not self.prompts:
             raise DataError(f"--eval_data {cfg.eval_data}: no prompt is left to evaluate on ({stats.as_dict()})")

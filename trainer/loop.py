@@ -134,7 +134,7 @@ class Trainer:
         exactly before its checkpoint replaces the policy."""
         import ray
 
-        from trainer.data import load_prompts
+        from trainer.data import chat_tools, load_prompts
 
         cfg, tok = self.cfg, self.tokenizer
         # Own warm-up data (--sft_data) is read whole: --max_samples caps the RL prompts.
@@ -142,7 +142,8 @@ class Trainer:
                                    label_key=cfg.sft_output_key, apply_chat_template=cfg.apply_chat_template,
                                    input_template=cfg.input_template,
                                    max_samples=None if cfg.sft_data else cfg.max_samples,
-                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True)
+                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True,
+                                   chat_tools=chat_tools(cfg))
         print(f"warm-up data ({cfg.sft_data or cfg.prompt_data}, {cfg.sft_output_key!r} as targets): "
               f"{stats.as_dict()}", flush=True)
         eos = tok.eos_token_id
@@ -289,7 +290,7 @@ class Trainer:
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items()
                       if k in ("accuracy", "n_timeout", "exact_match", "f1")})
         if cfg.multi_turn:
-            extra.update(tool_metrics(samples, rollout.tool_stats))
+            extra.update(tool_metrics(samples, rollout.tool_stats, cfg.tool_names))
         return exp, extra
 
     @staticmethod
@@ -433,19 +434,36 @@ def needs_room(free: list[tuple[str, int]], wake_need: dict[str, int]) -> bool:
     return any(nbytes < WAKE_MARGIN * wake_need.get(device, 0) for device, nbytes in free)
 
 
-def tool_metrics(samples, stats: list[dict[str, float]]) -> dict[str, float]:
-    """What a multi-turn rollout did: ``search/rate`` (share of samples that called the tool at least once),
-    ``search/calls`` (tool calls per sample), ``search/turns`` (generation turns per sample),
-    ``search/inserted_tokens`` (tool tokens per sample), and where the engines' time went: ``rollout/tool_s``
-    and ``rollout/other_s`` (retrieval requests; tokenising and bookkeeping between turns) against
-    ``rollout/generate_s`` (the engines' generate calls), each the slowest engine's."""
+def tool_metrics(samples, stats: list[dict[str, float]], tools: tuple[str, ...] = ("search",)) -> dict[str, float]:
+    """What a multi-turn rollout did: ``tools/rate`` (share of samples that called a tool at least once),
+    ``tools/calls`` (calls per sample), ``tools/turns`` (generation turns per sample), ``tools/inserted_tokens``
+    (tool tokens per sample), ``tools/errors`` (share of the calls whose result was an error or a timeout), and per
+    tool ``tools/<name>/rate``, ``calls``, ``errors``, ``timeouts``; with the search tool also the first four
+    under ``search/*``, as Search-R1's runs logged them; and where the engines' time went:
+    ``rollout/tool_s`` and ``rollout/other_s`` (the tools' calls; tokenising and bookkeeping between turns)
+    against ``rollout/generate_s`` (the engines' generate calls), each the slowest engine's."""
     n = max(len(samples), 1)
-    out = {"search/rate": sum(s.tool_calls > 0 for s in samples) / n,
-           "search/calls": sum(s.tool_calls for s in samples) / n,
-           "search/turns": sum(s.turns for s in samples) / n,
-           "search/inserted_tokens": sum(len(s.action_mask or ()) - sum(s.action_mask or ()) for s in samples) / n}
+    out = {"tools/rate": sum(s.tool_calls > 0 for s in samples) / n,
+           "tools/calls": sum(s.tool_calls for s in samples) / n,
+           "tools/turns": sum(s.turns for s in samples) / n,
+           "tools/inserted_tokens": sum(len(s.action_mask or ()) - sum(s.action_mask or ()) for s in samples) / n}
+    if "search" in tools:
+        out.update({f"search/{key.split('/')[1]}": value for key, value in list(out.items())})
     for key in ("generate_s", "tool_s", "other_s"):
         out[f"rollout/{key}"] = max((st.get(key, 0.0) for st in stats), default=0.0)
+    summed: dict[str, float] = {}
+    for st in stats:
+        for key, value in st.items():
+            if key.startswith("tool/"):
+                summed[key] = summed.get(key, 0.0) + value
+    names = sorted({key.split("/")[1] for key in summed})
+    calls = sum(summed[f"tool/{t}/calls"] for t in names)
+    out["tools/errors"] = sum(summed[f"tool/{t}/errors"] for t in names) / calls if calls else 0.0
+    for t in names:
+        out[f"tools/{t}/rate"] = summed[f"tool/{t}/samples"] / n
+        out[f"tools/{t}/calls"] = summed[f"tool/{t}/calls"] / n
+        out[f"tools/{t}/errors"] = summed[f"tool/{t}/errors"] / max(summed[f"tool/{t}/calls"], 1.0)
+        out[f"tools/{t}/timeouts"] = summed[f"tool/{t}/timeouts"] / max(summed[f"tool/{t}/calls"], 1.0)
     return out
 
 

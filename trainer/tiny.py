@@ -8,6 +8,8 @@ module and load them through the real paths (``AutoTokenizer.from_pretrained(dir
   "isolated")`` pre-tokenizer, ``Fuse`` decoder) with a chatml chat template; fewer than 128 tokens.
 - :func:`make_model`: a random-init Llama whose head_dim (default 64) is one vLLM's CPU attention accepts.
 - :func:`make_math_dataset`: toy prompts ("3+4=" -> "7", or copy a digit string) in json, jsonl or parquet.
+- :func:`make_python_data`: a tiny-python task: products of two 3-digit numbers, which a tiny model can only
+  answer by running ``<python>print(a*b)</python>`` and copying the output.
 - :func:`make_search_data`: a tiny-search task (Search-R1's shape): a corpus JSONL whose passages hold
   the answers, and questions whose answers are only there ("code of kov?" -> the passage ``"kov"\nkov is
   47``), so a tiny model can learn to search and copy the answer.
@@ -17,6 +19,7 @@ Command line::
     python -m trainer.tiny model OUT_DIR [--hidden-size 256 --num-layers 2 --num-heads 4 --seed 0]
     python -m trainer.tiny dataset OUT_FILE [--n 256 --fmt jsonl --kind add --seed 0]
     python -m trainer.tiny search OUT_DIR [--n 128 --warmup 256 --distractors 0 --answer-digits 2 --seed 0]
+    python -m trainer.tiny python OUT_DIR [--n 64 --warmup 512 --digits 3 --guess-digits 1 --direct-share 0 --seed 0]
 """
 
 from __future__ import annotations
@@ -300,6 +303,77 @@ def search_records(n: int = 128, warmup: int = 256, distractors: int = 0, answer
     return corpus, questions, warm
 
 
+PYTHON_INSTRUCTION = "what is {}*{}?"
+
+
+def python_records(n: int = 64, warmup: int = 512, digits: int = 3, guess_digits: int = 1, direct_share: float = 0.0,
+                   seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(questions, warm-up records) of the tiny-python task (a code interpreter's use, as ToRL / ReTool train it,
+    at CPU size); deterministic for its arguments.
+
+    Each record asks for the product of two random ``digits``-digit numbers, ``"what is 123*456?"``, which a tiny
+    model cannot compute in its head; its gold answer is the product (``"56088"``). Two disjoint sets of pairs:
+
+    - ``questions``, the RL prompts: ``{"question": [chat message], "golden_answers": ["56088"]}``, ``n`` pairs;
+    - ``warmup``, the supervised warm-up's records about ``warmup`` OTHER pairs, each with ``solution``: the tool
+      trajectory as a rollout makes it, ``<python>print(123*456)</python>`` then the sandbox's output as the python
+      tool inserts it (``\n<output>\n56088\n</output>\n``) and ``<answer>5608X</answer>``, the output copied but
+      its last ``guess_digits`` digits guessed (right 1 in 10 each by chance); for a ``direct_share`` of them a direct
+      answer, a wrong number of the product's length, without the tool. The warm-up teaches the call, reading the
+      output and the answer format, never an RL question's product: the RL questions start near chance
+      (``(1 - direct_share) / 10**guess_digits``), and the exact-match reward has to teach copying the whole output,
+      and calling the tool every time.
+    """
+    from trainer.tools.python import Python
+
+    if n < 1 or warmup < 0 or not 1 <= digits <= 6 or guess_digits < 0 or not 0 <= direct_share <= 1:
+        raise ValueError(f"python data: n {n} >= 1, warmup {warmup} >= 0, 1 <= digits {digits} <= 6, guess_digits "
+                         f"{guess_digits} >= 0, 0 <= direct_share {direct_share} <= 1 expected")
+    lo, hi = 10 ** (digits - 1), 10**digits - 1
+    if n + warmup > (hi - lo + 1) ** 2 // 2:
+        raise ValueError(f"python data: {n + warmup} distinct pairs of {digits}-digit numbers asked; too many")
+    rng = random.Random(seed)
+    pairs: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    while len(pairs) < n + warmup:
+        pair = (rng.randint(lo, hi), rng.randint(lo, hi))
+        if pair not in seen and pair[::-1] not in seen:
+            seen.add(pair)
+            pairs.append(pair)
+    head, _, tail = Python.result_template.partition("{}")
+
+    def question(a: int, b: int) -> dict[str, Any]:
+        return {"question": [{"role": "user", "content": PYTHON_INSTRUCTION.format(a, b)}],
+                "golden_answers": [str(a * b)]}
+
+    questions = [question(a, b) for a, b in pairs[:n]]
+    warm = []
+    for a, b in pairs[n:]:
+        product = str(a * b)
+        if rng.random() < direct_share:
+            wrong = product
+            while wrong == product:
+                wrong = str(rng.randint(10 ** (len(product) - 1), 10 ** len(product) - 1))
+            solution = f"<answer>{wrong}</answer>"
+        else:
+            keep = max(len(product) - guess_digits, 0)
+            answer = product[:keep] + "".join(rng.choice(string.digits) for _ in product[keep:])
+            solution = f"<python>print({a}*{b})</python>{head}{product}{tail}<answer>{answer}</answer>"
+        warm.append({**question(a, b), "solution": solution})
+    return questions, warm
+
+
+def make_python_data(out_dir: str | Path, **kwargs: Any) -> Path:
+    """Write :func:`python_records` as ``out_dir/questions.jsonl`` and ``out_dir/warmup.jsonl`` (each replaced
+    whole: :func:`trainer.files.replace_file`); returns ``out_dir``."""
+    out = Path(out_dir)
+    questions, warm = python_records(**kwargs)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, records in (("questions.jsonl", questions), ("warmup.jsonl", warm)):
+        replace_file(out / name, records_text(records, "jsonl"))
+    return out
+
+
 def make_search_data(out_dir: str | Path, **kwargs: Any) -> Path:
     """Write :func:`search_records` as ``out_dir/corpus.jsonl``, ``out_dir/questions.jsonl`` and
     ``out_dir/warmup.jsonl``; returns ``out_dir``. Files are written whole to a temporary name first and
@@ -354,6 +428,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--topk", type=int, default=1,
                    help="passages in the warm-up's information blocks (BM25 finds only the entity's own for its name)")
     s.add_argument("--seed", type=int, default=0)
+    y = sub.add_parser("python", help="tiny-python task: questions.jsonl and warmup.jsonl in OUT_DIR")
+    y.add_argument("out_dir")
+    y.add_argument("--n", type=int, default=64, help="questions")
+    y.add_argument("--warmup", type=int, default=512, help="pairs of the warm-up's records, none of them asked about")
+    y.add_argument("--digits", type=int, default=3, help="digits of each factor")
+    y.add_argument("--guess-digits", type=int, default=1,
+                   help="last digits of the output the warm-up's answers guess instead of copying")
+    y.add_argument("--direct-share", type=float, default=0.0,
+                   help="share of warm-up targets that answer (wrongly) without the tool")
+    y.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -362,7 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "search":
+        if args.command == "python":
+            out = make_python_data(args.out_dir, n=args.n, warmup=args.warmup, digits=args.digits,
+                                   guess_digits=args.guess_digits, direct_share=args.direct_share, seed=args.seed)
+        elif args.command == "search":
             out = make_search_data(args.out_dir, n=args.n, warmup=args.warmup, distractors=args.distractors,
                                    answer_digits=args.answer_digits, copy_digits=args.copy_digits, direct_share=args.direct_share,
                                    topk=args.topk, seed=args.seed)

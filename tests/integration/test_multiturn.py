@@ -143,6 +143,26 @@ def test_hf_engine_searches_and_masks_the_inserted_passages(env, monkeypatch):
         assert s.action_mask.count(0) >= len(block)
 
 
+def test_search_is_one_tool_among_several(env, monkeypatch):
+    """The job's tool flags (trainer.tools.registry.settings) with search and python offered: the taught model
+    searches as it did through Search-R1's own arguments, token for token, and the calls are counted per tool."""
+    from trainer.config import TrainerConfig
+    from trainer.rollout.hf_engine import HfEngine
+    from trainer.tools.registry import settings
+
+    monkeypatch.setenv("RLRUN_RETRIEVER_TOKEN_FILE", str(env["dir"] / "token"))
+    engine = HfEngine(str(env["dir"] / "model"))
+    url = f"http://127.0.0.1:{env['port']}/retrieve"
+    cfg = TrainerConfig(pretrain="/m", prompt_data="/d", reward_fn="exact_match", tools=("search", "python"),
+                        retriever_url=url, retriever_topk=2, max_turns=2)
+    kwargs = dict(n=2, temperature=0.0, max_new_tokens=MAX_NEW, seed=1)
+    both, stats = engine.generate_with_tools([env["prompt"]], tools=settings(cfg), **kwargs)
+    alone, _ = engine.generate_with_tools([env["prompt"]], retriever_url=url, retriever_topk=2, max_turns=2, **kwargs)
+    assert [(s.response_token_ids, s.action_mask, s.tool_calls) for s in both] == [
+        (s.response_token_ids, s.action_mask, s.tool_calls) for s in alone]
+    assert stats["tool/search/calls"] == sum(s.tool_calls for s in both) >= 2 and "tool/python/calls" not in stats
+
+
 def test_a_bad_token_is_a_clear_error(env, monkeypatch):
     from trainer.retrieval.client import RetrievalError
     from trainer.rollout.hf_engine import HfEngine

@@ -406,8 +406,11 @@ def test_multi_turn_search_flags():
     assert parse_args(SEED).multi_turn is False
     problems = problems_of(with_flags("--max_turns 4", "--state_masking", "--retriever_topk 5"))
     assert problems == [
-        f"--{name} is only used with --retriever_url (multi-turn search rollouts); rollouts are single-turn "
-        "without a retriever (drop the flag)" for name in ("max_turns 4", "retriever_topk 5", "state_masking")]
+        "--max_turns 4 is only used with --tools or --retriever_url (multi-turn tool rollouts); rollouts are "
+        "single-turn without tools (drop the flag)",
+        "--state_masking is only used with --tools or --retriever_url (multi-turn tool rollouts); rollouts are "
+        "single-turn without tools (drop the flag)",
+        "--retriever_topk 5 is only used with the search tool (--retriever_url); no rollout searches (drop the flag)"]
     assert problems_of(with_flags("--retriever_url localhost:8000")) == [
         "--retriever_url 'localhost:8000': expected an http:// or https:// URL of the retrieval service, e.g. "
         "http://{node_ip}:8000/retrieve"]
@@ -447,7 +450,7 @@ def test_evaluation_flags_under_their_openrlhf_and_dotted_names():
      "--save_best eval/greedy with --eval_at_start only: one evaluation has nothing to compare"),
     (["--reward_fn", "math_verify", "--reward_outage_timeout", "60"],
      "--reward_outage_timeout 60 is only used with --remote_rm_url; the reward is a local function"),
-    (["--retriever_outage_timeout", "60"], "--retriever_outage_timeout 60 is only used with --retriever_url"),
+    (["--retriever_outage_timeout", "60"], "--retriever_outage_timeout 60 is only used with the search tool (--retriever_url)"),
     (["--adam_offload_ratio", "0.5", "--zero_stage", "2"],
      "--adam_offload_ratio 0.5 is only used with --adam_offload with --zero_stage 3 (DeepSpeed's partial offload); "
      "ZeRO stage 2 offloads all"),

@@ -13,8 +13,8 @@ from rlrun import trainer_command as T
 from rlrun.errors import RlrunError
 from trainer.config.cli import parse_args
 
-SIX = ["0.5b-async", "1.5b-grpo", "32b-rloo", "32b-rloo-1node", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-rloo",
-       "tiny-rloo-async", "tiny-search"]
+SIX = ["0.5b-async", "1.5b-grpo", "32b-rloo", "32b-rloo-1node", "7b-ppo", "qwen2-7b-ppo", "search-r1-ppo", "tiny-ppo", "tiny-python",
+       "tiny-rloo", "tiny-rloo-async", "tiny-search"]
 CONTEXT = {"workdir": "/w", "reward_url": "http://10.0.0.5:5001/get_reward",
            "retriever_url": "http://{node_ip}:8000/retrieve"}
 SEED_004 = Path(__file__).resolve().parents[3] / "shared" / "seeds" / "004_2df873a0264a0e23.txt"
@@ -33,8 +33,9 @@ def test_the_six_presets_are_built_in_with_their_hardware():
     assert all(p.builtin and p.description for p in found.values())
     assert {n: str(p.hardware) for n, p in found.items()} == {
         "0.5b-async": "1 x 3 GPUs", "tiny-rloo-async": "1 CPU node",
-        "1.5b-grpo": "2 x 8 GPUs", "32b-rloo": "2 x 8 GPUs", "32b-rloo-1node": "1 x 4 GPUs", "7b-ppo": "2 x 8 GPUs", "qwen2-7b-ppo": "2 x 8 GPUs",
-        "search-r1-ppo": "2 x 8 GPUs", "tiny-ppo": "1 CPU node", "tiny-rloo": "1 CPU node", "tiny-search": "1 CPU node"}
+        "1.5b-grpo": "2 x 8 GPUs", "32b-rloo": "2 x 8 GPUs", "32b-rloo-1node": "1 x 4 GPUs", "7b-ppo": "2 x 8 GPUs",
+        "qwen2-7b-ppo": "2 x 8 GPUs", "search-r1-ppo": "2 x 8 GPUs", "tiny-ppo": "1 CPU node", "tiny-rloo": "1 CPU node", "tiny-search": "1 CPU node",
+        "tiny-python": "1 CPU node"}
 
 
 @pytest.mark.parametrize("name", SIX)
@@ -201,7 +202,7 @@ BAD_FILES = [
      r"hardware: expected \{accelerator: gpu\|cpu, nodes: N, gpus_per_node: G\}"),
     (GOOD.replace('"{workdir}/build/tiny/rloo"', '"{home}/out"'), r"save_path: unknown placeholder \{home\}"),
     (GOOD.replace("[model, --hidden-size, \"128\"]", "[download, Qwen/Qwen2.5-7B]"), r"make: \{workdir\}/build/tiny/model-h128: expected "
-                                                             r"\[model\|dataset\|search, ARGS...\]"),
+                                                             r"\[model\|dataset\|search\|python, ARGS...\]"),
     (GOOD.replace("  train_batch_size: 32", "  train_batch_size: big"),
      r"config: train_batch_size: 'big': expected an integer"),
     (GOOD.replace("  train_batch_size: 32", "  grad_accum_steps: 2"), r"config: grad_accum_steps is derived"),
@@ -220,8 +221,8 @@ def test_bad_preset_file_is_refused_naming_file_and_problem(tmp_path, text, mess
 
 def test_unknown_preset_names_the_closest_and_all_presets():
     with pytest.raises(RlrunError, match=r"no preset 'tiny-rlo' \(did you mean tiny-rloo\?\); presets: 0.5b-async, "
-                                         r"1.5b-grpo, 32b-rloo, 32b-rloo-1node, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, tiny-ppo, "
-                                         r"tiny-rloo, tiny-rloo-async, tiny-search"):
+                                         r"1.5b-grpo, 32b-rloo, 32b-rloo-1node, 7b-ppo, qwen2-7b-ppo, search-r1-ppo, "
+                                         r"tiny-ppo, tiny-python, tiny-rloo, tiny-rloo-async, tiny-search"):
         P.load_preset("tiny-rlo", P.preset_dirs())
 
 

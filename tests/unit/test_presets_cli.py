@@ -14,7 +14,7 @@ def test_presets_lists_the_six(capsys):
         ("0.5b-async", "rloo", "1 x 3 GPUs"), ("1.5b-grpo", "group_norm", "2 x 8 GPUs"), ("32b-rloo", "rloo", "2 x 8 GPUs"),
         ("32b-rloo-1node", "rloo", "1 x 4 GPUs"), ("7b-ppo", "gae", "2 x 8 GPUs"),
         ("qwen2-7b-ppo", "gae", "2 x 8 GPUs"), ("search-r1-ppo", "gae", "2 x 8 GPUs"), ("tiny-ppo", "gae", "1 CPU node"),
-        ("tiny-rloo", "rloo", "1 CPU node"), ("tiny-rloo-async", "rloo", "1 CPU node"),
+        ("tiny-python", "group_norm", "1 CPU node"), ("tiny-rloo", "rloo", "1 CPU node"), ("tiny-rloo-async", "rloo", "1 CPU node"),
         ("tiny-search", "group_norm", "1 CPU node")]
 
 

@@ -239,3 +239,37 @@ def test_search_data_answers_are_only_in_the_corpus(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "trainer.tiny", "search", str(out), "--n", "0"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "n 0 >= 1" in bad.stderr
+
+
+def test_python_data_products_only_through_the_tool(tmp_path: Path) -> None:
+    out = tmp_path / "python"
+    done = subprocess.run([sys.executable, "-m", "trainer.tiny", "python", str(out), "--n", "30", "--warmup", "200",
+                           "--guess-digits", "1", "--direct-share", "0.25", "--seed", "5"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    questions = [json.loads(line) for line in (out / "questions.jsonl").read_text().splitlines()]
+    warm = [json.loads(line) for line in (out / "warmup.jsonl").read_text().splitlines()]
+    assert len(questions) == 30 and len(warm) == 200
+    asked = set()
+    for q in questions:
+        a, b = (int(x) for x in q["question"][0]["content"].removeprefix("what is ").rstrip("?").split("*"))
+        assert 100 <= a <= 999 and 100 <= b <= 999 and q["golden_answers"] == [str(a * b)]
+        asked |= {(a, b), (b, a)}
+    direct = copied = 0
+    for w in warm:
+        a, b = (int(x) for x in w["question"][0]["content"].removeprefix("what is ").rstrip("?").split("*"))
+        assert (a, b) not in asked  # the warm-up never shows an RL question
+        product = str(a * b)
+        answer = w["solution"].rsplit("<answer>", 1)[1].removesuffix("</answer>")
+        if w["solution"].startswith("<answer>"):
+            direct += 1
+            assert answer != product and len(answer) == len(product)
+            continue
+        # the trajectory as a rollout makes it: the call, the output as the python tool inserts it, the answer
+        assert w["solution"].startswith(f"<python>print({a}*{b})</python>\n<output>\n{product}\n</output>\n<answer>")
+        assert answer[:-1] == product[:-1] and len(answer) == len(product)  # the last digit guessed
+        copied += answer == product
+    assert 25 <= direct <= 75 and copied < (200 - direct) / 3  # ~a quarter direct; the guess right ~1 in 10
+    assert tiny.python_records(n=30, warmup=200, guess_digits=1, direct_share=0.25, seed=5) == (questions, warm)
+    bad = subprocess.run([sys.executable, "-m", "trainer.tiny", "python", str(out), "--digits", "9"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "digits 9" in bad.stderr

@@ -277,13 +277,17 @@ def test_samples_that_end_their_turn_together_share_one_request() -> None:
     assert tool.batches == [["q0", "q1", "q2", "q3"]] and stats.tool_calls == 4
 
 
-def test_streaming_aborts_the_engine_on_a_tool_error() -> None:
+def test_streaming_aborts_the_engine_on_a_fault_of_the_tool() -> None:
+    """A fault (the retrieval service down past its outage deadline: the job's one line) ends the rollout and the
+    engine drops what it was decoding; a tool's other errors are the model's to read (test_tools_rules)."""
+    from trainer.retrieval.client import RetrievalError
+
     def broken(queries):
-        raise ConnectionError("retrieval service down")
+        raise RetrievalError("retrieval service down")
 
     turns = {1: ["<search>ab</search>", "<answer>ba</answer>"], 2: ["x" * 80]}
     stepper = Steps(turns)
-    with pytest.raises(ConnectionError, match="service down"):
+    with pytest.raises(RetrievalError, match="service down"):
         _stream(turns, ["Q1", "Q2"], tool=broken, stepper=stepper)
     assert stepper.aborted and stepper.pending() == 0
 

@@ -49,6 +49,12 @@ def has_ref(c: Config) -> bool:
     return c.init_kl_coef > 0
 
 
+def tool_names(c: Config) -> tuple[str, ...]:
+    """The tools the policy may call: --tools, else the search tool when --retriever_url is given (Search-R1's
+    flags alone), else none."""
+    return tuple(c.tools) if c.tools else ("search",) if c.retriever_url is not None else ()
+
+
 def advantage_norm(c: Config) -> str:
     """How the token advantages are normalised over the batch: the estimator's choice (the table), rloo's
     switch (--rloo_whiten) and --no_advantage_std_norm, decided here only."""
@@ -136,7 +142,8 @@ def derive(c: Config) -> dict[str, Any]:
         "max_train_steps_per_episode": rollouts * steps_per_rollout,
         "max_train_steps": run_rollouts * steps_per_rollout,
         "max_sequence_len": c.prompt_max_len + c.generate_max_len,
-        "multi_turn": c.retriever_url is not None,
+        "multi_turn": bool(tool_names(c)),
+        "tool_names": tool_names(c),
         "needs_critic": needs_critic,
         "needs_ref": needs_ref,
         "eps_clip_low": low,
@@ -187,6 +194,58 @@ def _retriever_url(c: Config) -> Iterator[str]:
     if others:
         yield (f"--retriever_url {url!r}: unknown placeholder {', '.join(others)}; only {{node_ip}} (the "
                "address of the engine's node) is replaced")
+
+
+_BUILTIN_TOOLS = ("search", "python", "http")
+_PLUGIN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z_]\w*$")
+
+
+@_rule("tools", "retriever_url", "http_tool_url", "http_tool_name", "http_tool_template", "tool_max_calls",
+       "max_turns", "tool_format", "apply_chat_template")
+def _tools(c: Config) -> Iterator[str]:
+    names = list(c.tools)
+    for name in names:
+        if name not in _BUILTIN_TOOLS and not _PLUGIN_RE.match(name):
+            yield (f"--tools {','.join(names)}: unknown tool {name!r}; expected {', '.join(_BUILTIN_TOOLS)} or a "
+                   "plug-in 'package.module:factory'")
+    if len(set(names)) != len(names):
+        yield f"--tools {','.join(names)}: a tool is named twice"
+    if names and "search" in names and c.retriever_url is None:
+        yield "--tools search needs --retriever_url URL (the retrieval service, e.g. http://{node_ip}:8000/retrieve)"
+    if names and "search" not in names and c.retriever_url is not None:
+        yield (f"--retriever_url is only used by the search tool; --tools {','.join(names)} has none (add search "
+               "or drop the flag)")
+    if "http" in names:
+        url = c.http_tool_url
+        if url is None:
+            yield "--tools http needs --http_tool_url URL (the service each call is POSTed to)"
+        elif not url.startswith(("http://", "https://")):
+            yield f"--http_tool_url {url!r}: expected an http:// or https:// URL"
+        elif sorted(set(_URL_PLACEHOLDER.findall(url)) - {"{node_ip}"}):
+            yield f"--http_tool_url {url!r}: only the {{node_ip}} placeholder is replaced"
+        if not _TOOL_NAME_RE.match(c.http_tool_name) or c.http_tool_name in ("search", "python"):
+            yield (f"--http_tool_name {c.http_tool_name!r}: expected letters, digits and '_' (it is the tag "
+                   "<NAME>...</NAME>), not another tool's name")
+        from trainer.tools.http import template_fields
+
+        try:
+            template_fields(c.http_tool_template)
+        except ValueError as e:
+            yield f"{e}; expected a JSON body whose strings may hold {{NAME}}, e.g. '{{\"input\": \"{{input}}\"}}'"
+    known = [n for n in tool_names(c) if n != "http"] + (["http", c.http_tool_name] if "http" in names else [])
+    for item in c.tool_max_calls:
+        name, eq, n = item.partition("=")
+        if not eq or not n.strip().isdigit() or int(n) < 1:
+            yield f"--tool_max_calls {item!r}: expected NAME=N with N >= 1 (e.g. python=4)"
+        elif name.strip() not in known and not any(_PLUGIN_RE.match(t) for t in names):
+            yield f"--tool_max_calls {item!r}: {name.strip()!r} is not one of the tools ({', '.join(tool_names(c)) or 'none'})"
+        elif int(n) > c.max_turns:
+            yield (f"--tool_max_calls {item}: more than --max_turns {c.max_turns}, the most calls of all tools "
+                   "together")
+    if c.tool_format == "json" and tool_names(c) and not c.apply_chat_template:
+        yield ("--tool_format json needs --apply_chat_template: the calls and their results are the chat "
+               "template's tool messages")
 
 
 # --- batch arithmetic ---------------------------------------------------------------------------------
@@ -336,10 +395,18 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: bool(c.remote_rm_url)),
     (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
-    (("max_turns", "retriever_topk", "retriever_timeout", "retriever_retries", "retriever_outage_timeout",
-      "state_masking"),
-     "--retriever_url (multi-turn search rollouts)", lambda c: "rollouts are single-turn without a retriever",
-     lambda c: c.retriever_url is not None),
+    (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
+      "tool_max_sample_tokens"),
+     "--tools or --retriever_url (multi-turn tool rollouts)", lambda c: "rollouts are single-turn without tools",
+     lambda c: bool(tool_names(c))),
+    (("retriever_topk", "retriever_timeout", "retriever_retries", "retriever_outage_timeout"),
+     "the search tool (--retriever_url)", lambda c: "no rollout searches", lambda c: c.retriever_url is not None),
+    (("python_timeout", "python_cpu_s", "python_memory_mb", "python_max_procs", "python_max_output", "python_disk_mb",
+      "python_parallel", "python_executable", "python_site_packages"),
+     "--tools python", lambda c: "no rollout runs python", lambda c: "python" in tool_names(c)),
+    (("http_tool_url", "http_tool_name", "http_tool_template", "http_tool_result_key", "http_tool_token_file",
+      "http_tool_timeout", "http_tool_retries", "http_tool_outage_timeout"),
+     "--tools http", lambda c: "no rollout calls the http tool", lambda c: "http" in tool_names(c)),
     (("max_staleness",), "--async_train", lambda c: "training is synchronous", lambda c: c.async_train),
     (("adam_offload_ratio",), "--adam_offload with --zero_stage 3 (DeepSpeed's partial offload)",
      lambda c: "the Adam states are not offloaded" if not c.adam_offload else f"ZeRO stage {c.zero_stage} offloads all",
@@ -366,7 +433,7 @@ def _default(c: Config, name: str) -> Any:
 def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[Config], str],
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
-             "rollout_backend", "save_steps", "retriever_url", "async_train", "dynamic_filtering", "is_correction",
+             "rollout_backend", "save_steps", "retriever_url", "tools", "async_train", "dynamic_filtering", "is_correction",
              "colocate_all_models", "load_checkpoint", "eval_data",
              *names}
 

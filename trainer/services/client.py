@@ -28,7 +28,13 @@ MAX_BACKOFF = 30.0
 
 class ServiceError(Fault):
     """A request to a service failed for good: the message names the URL and the cause (the one line a
-    training job ends with, :class:`trainer.deadlines.Fault`)."""
+    training job ends with, :class:`trainer.deadlines.Fault`). ``status``: the HTTP status of a refusal (4xx);
+    ``exhausted``: the retries (and the outage deadline) ran out on what a retry could have fixed."""
+
+    def __init__(self, message: str, status: int | None = None, exhausted: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.exhausted = exhausted
 
 
 def error_text(resp: requests.Response) -> str:
@@ -127,7 +133,8 @@ class ServiceClient:
                 if resp.status_code < 500:
                     if resp.status_code != 200:
                         raise self.error(f"{self.what} {url} refused the request: HTTP {resp.status_code}: "
-                                         f"{error_text(resp)}{self.hints.get(resp.status_code, '')}")
+                                         f"{error_text(resp)}{self.hints.get(resp.status_code, '')}",
+                                         status=resp.status_code)
                     if down_since is not None and attempts > self.retries:  # an outage was announced
                         print(f"{self.what} {url} answers again after {time.monotonic() - down_since:.0f} s",
                               flush=True)
@@ -140,7 +147,7 @@ class ServiceClient:
             if attempts > self.retries and waited >= self.outage_timeout:
                 span = (f" over {waited:.0f} s (--{self.outage_flag} {self.outage_timeout:g})"
                         if self.outage_timeout > 0 else "")
-                raise self.error(f"{self.what} {url} failed after {attempts} attempts{span}: {last}")
+                raise self.error(f"{self.what} {url} failed after {attempts} attempts{span}: {last}", exhausted=True)
             if attempts == self.retries + 1:  # the retries are spent: from here on it is an outage
                 print(f"{self.what} {url} is not answering ({last}); waiting for it up to "
                       f"{self.outage_timeout:g} s (--{self.outage_flag})", flush=True)
