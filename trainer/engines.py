@@ -166,7 +166,7 @@ class Engines:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from trainer.actors.group import bundle_nodes, rendezvous_range, reserve_bundles
+        from trainer.learn.group import bundle_nodes, rendezvous_range, reserve_bundles
 
         self.cfg, self.plan = cfg, plan
         ep = plan.engines

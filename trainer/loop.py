@@ -17,15 +17,15 @@ from pathlib import Path
 import torch
 
 from trainer import checkpoint
-from trainer.actors.critic_worker import CriticWorker
-from trainer.actors.group import ActorGroup, GroupSpec, bundle_nodes
-from trainer.actors.model_worker import ModelWorker
-from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
 from trainer.engines import Engines
 from trainer.evaluate import Evaluator
 from trainer.experience import Experience, build_experience, pad_right, shard
-from trainer.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
+from trainer.learn.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
+from trainer.learn.critic_worker import CriticWorker
+from trainer.learn.group import ActorGroup, GroupSpec, bundle_nodes
+from trainer.learn.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
+from trainer.learn.model_worker import ModelWorker
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env

@@ -81,7 +81,7 @@ class Ask:
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """One ranked model group (see :class:`trainer.actors.group.ActorGroup`)."""
+    """One ranked model group (see :class:`trainer.learn.group.ActorGroup`)."""
 
     name: str  # "policy", "reference" or "critic"
     num_nodes: int

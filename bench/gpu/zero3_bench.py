@@ -1,7 +1,7 @@
 """ZeRO-3 policy ranks on GPUs (no Ray): train throughput, and weight sync from the ranks to an engine process.
 
 Processes, one GPU each through ``CUDA_VISIBLE_DEVICES``: ``W`` trainer ranks (the loop's own
-``trainer.actors.model_worker.ModelWorker``: bf16 ZeRO-3, torch AdamW, NCCL) and one receiver, standing for
+``trainer.learn.model_worker.ModelWorker``: bf16 ZeRO-3, torch AdamW, NCCL) and one receiver, standing for
 a rollout-engine worker, joined with trainer rank 0 in a dedicated group (``trainer.sync.make_sync_group``).
 
 Weight sync, each the median of ``--repeats`` after one warm-up, the clock on trainer rank 0 from a start
@@ -83,8 +83,8 @@ def run_trainer(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from trainer import sync
-    from trainer.actors.model_worker import ModelWorker
-    from trainer.losses import PolicyObjective
+    from trainer.learn.losses import PolicyObjective
+    from trainer.learn.model_worker import ModelWorker
 
     rank, world = args.rank, len(args.gpus.split(","))
     backend = "nccl" if args.cuda else "gloo"
@@ -272,7 +272,7 @@ def rl_packed(gen, vocab: int, scale: float = 1.0):
 
 def packed_step(worker, mb) -> None:
     """One optimizer step of the PPO loss on a packed micro-batch (4-D block-diagonal mask)."""
-    from trainer.losses import log_probs_from_logits, policy_loss
+    from trainer.learn.losses import log_probs_from_logits, policy_loss
 
     engine = worker.engine
     engine.train()

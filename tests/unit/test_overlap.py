@@ -1,4 +1,4 @@
-"""Off-policy correction, the mismatch metric, dynamic sampling and the async producer (trainer.losses,
+"""Off-policy correction, the mismatch metric, dynamic sampling and the async producer (trainer.learn.losses,
 trainer.rollouts), without Ray: hand-computed tensors, OpenRLHF 0.11's formula written out independently,
 and a fake trainer whose engines record when they generate."""
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.losses import PolicyObjective, is_correction_weights, policy_objective, rollout_mismatch
+from trainer.learn.losses import PolicyObjective, is_correction_weights, policy_objective, rollout_mismatch
 from trainer.reward.client import RewardBatch
 from trainer.rollouts import AsyncRollouts, SyncRollouts, collect, informative
 

@@ -370,7 +370,7 @@ def test_engines_on_one_node_search_their_ports_from_stretches_of_their_own():
 
 
 def test_the_rendezvous_range_is_read_once_for_the_stores_and_the_engines(monkeypatch):
-    from trainer.actors.group import RENDEZVOUS_PORTS_ENV, rendezvous_range
+    from trainer.learn.group import RENDEZVOUS_PORTS_ENV, rendezvous_range
 
     monkeypatch.setenv(RENDEZVOUS_PORTS_ENV, "8120-8199")
     assert rendezvous_range() == (8120, 8199)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from trainer.actors.group import RENDEZVOUS_PORTS_ENV, DistributedWorker, rendezvous_listener
+from trainer.learn.group import RENDEZVOUS_PORTS_ENV, DistributedWorker, rendezvous_listener
 from trainer.sync import close_sync_group, make_sync_group
 
 

@@ -3,7 +3,7 @@
     python -c "$(cat rendezvous_job.py)" RELEASE_FILE HOLD_SECONDS
 
 One rank per alive node joins a gloo group through the trainer's own handshake
-(trainer.actors.group.DistributedWorker: rank 0's rendezvous_address, then
+(trainer.learn.group.DistributedWorker: rank 0's rendezvous_address, then
 init_process_group on every rank, as ActorGroup does for the policy), and rank 0
 hosts a weight-sync group that rank 1 joins (trainer.sync.make_sync_group, as
 policy rank 0 and a rollout engine do). It prints READY with where every rank
@@ -20,7 +20,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trainer.actors.group import DistributedWorker
+from trainer.learn.group import DistributedWorker
 
 release, hold = sys.argv[1], float(sys.argv[2])
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from trainer.actors.group import DistributedWorker
 from trainer.checkpoint import CheckpointWorker
-from trainer.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
-from trainer.packing import pack, unpack
+from trainer.learn.group import DistributedWorker
+from trainer.learn.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
+from trainer.learn.packing import pack, unpack
 
 
 def attn_implementation(flash_attn: bool) -> str:
@@ -159,7 +159,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                    packing_samples: bool = False, persistence_threshold: int | None = None,
                    granularity_threshold: int | None = None, adam_offload_ratio: float = 1.0) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
-        packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
+        packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.learn.packing)."""
         import deepspeed
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
@@ -227,7 +227,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
                      lr: float | None = None) -> dict[str, float]:
         """One optimizer step over this rank's micro-batches with the trainer's `objective` (clipped
-        surrogate, optional KL loss with the configured estimator: trainer.losses.policy_objective), at
+        surrogate, optional KL loss with the configured estimator: trainer.learn.losses.policy_objective), at
         learning rate `lr` when given (the trainer's schedule). Metrics: the micro-batches' mean."""
         if lr is not None:
             self.set_learning_rate(lr)
