@@ -16,7 +16,7 @@ rank's node address, so a link that drops those connections drops the probe too.
 the line names this rank, the group's nodes and says so.
 
 Stdlib and torch only (no Ray): the trainer's groups (``trainer.learn.group``), the weight-sync group
-(``trainer.sync.make_sync_group``) and ``rlrun check --fabric``'s job (``rlrun/fabric/job.py``) use it.
+(``trainer.weights.broadcast.make_sync_group``) and ``rlrun check --fabric``'s job (``rlrun/fabric/job.py``) use it.
 """
 
 from __future__ import annotations

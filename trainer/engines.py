@@ -99,8 +99,8 @@ def engine_ports(first_nodes: Sequence[str], span: tuple[int, int] | None) -> li
 
 
 class EngineFailure(Fault):
-    """An engine failed more often than --max_engine_restarts allows, or an engine call of the weight push
-    missed its deadline; the message is the one line the job ends with."""
+    """An engine failed more often than --max_engine_restarts allows; the message is the one line the job ends
+    with (a failed weight push: :class:`trainer.weights.transports.PushFailure`)."""
 
 
 #: Seconds a liveness ping (before a weight push) may take, at most (a hung engine is replaced, not waited for).

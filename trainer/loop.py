@@ -32,7 +32,7 @@ from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
 from trainer.rollouts import AsyncRollouts, Rollout, SyncRollouts
 from trainer.schedule import learning_rate
-from trainer.weight_sync import make_weight_sync
+from trainer.weights.transports import make_weight_sync
 
 log = logging.getLogger("trainer")
 
@@ -339,7 +339,7 @@ class Trainer:
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def sync_weights(self) -> int:
-        """Policy -> engines through the plan's transport (:mod:`trainer.weight_sync`); sleeping engines wake
+        """Policy -> engines through the plan's transport (:mod:`trainer.weights.transports`); sleeping engines wake
         their weights first (their KV cache once the weights are in), and the engines reset their prefix
         cache. Returns the bytes of weights handed over."""
         self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now

@@ -215,7 +215,7 @@ def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
 
 def named_tensors(weights: Weights) -> Iterable[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` pairs of any :data:`Weights` form (blobs are decoded)."""
-    from trainer.sync import from_safetensors_bytes
+    from trainer.weights.buckets import from_safetensors_bytes
 
     if isinstance(weights, bytes | bytearray | memoryview):
         return from_safetensors_bytes(weights).items()
