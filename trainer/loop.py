@@ -18,8 +18,6 @@ import torch
 
 from trainer import checkpoint
 from trainer.data import PromptSampler, prompts_from_config
-from trainer.engines import Engines
-from trainer.evaluate import Evaluator
 from trainer.experience import Experience, build_experience, pad_right, shard
 from trainer.learn.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.learn.critic_worker import CriticWorker
@@ -30,7 +28,9 @@ from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
-from trainer.rollouts import AsyncRollouts, Rollout, SyncRollouts
+from trainer.rollout.engines import Engines
+from trainer.rollout.evaluate import Evaluator
+from trainer.rollout.producer import AsyncRollouts, Rollout, SyncRollouts
 from trainer.schedule import learning_rate
 from trainer.weights.transports import make_weight_sync
 
@@ -111,7 +111,7 @@ class Trainer:
                  if cfg.use_wandb else None)
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
                                      cfg.use_tensorboard, wandb=wandb)
-        self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.evaluate)
+        self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.rollout.evaluate)
         if cfg.sft_warmup_steps:
             self.warmup()
         resumed = bool(cfg.load_checkpoint) and self._resume()
@@ -176,7 +176,7 @@ class Trainer:
 
     def step(self) -> dict[str, float]:
         """generate -> score -> advantages -> train -> sync -> metrics, for one rollout batch (made now, or
-        ahead of training with --async_train: trainer.rollouts)."""
+        ahead of training with --async_train: trainer.rollout.producer)."""
         cfg = self.cfg
         self.timer.times.clear()
         self.step_no += 1
@@ -353,7 +353,7 @@ class Trainer:
     def save_checkpoint(self, tag: str | None = None, *, hf: bool | None = None, root: str | None = None) -> Path:
         """The policy's (and critic's) DeepSpeed state and the client state (step, optimizer steps, sampler,
         reward normaliser), written atomically under --ckpt_path, or under ``root`` (the best one of
-        --save_best, :mod:`trainer.evaluate`) (:mod:`trainer.checkpoint`); ``hf`` (default --save_hf_ckpt) adds
+        --save_best, :mod:`trainer.rollout.evaluate`) (:mod:`trainer.checkpoint`); ``hf`` (default --save_hf_ckpt) adds
         the HF model. ``tag`` None: ``global_step<N>``, which becomes ``latest``, older ones past --max_ckpt_num
         go. A tag of the caller's: kept beside them, replaced atomically when saved again, never ``latest``, never
         pruned. Returns the checkpoint's directory."""

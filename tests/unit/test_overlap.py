@@ -1,5 +1,5 @@
 """Off-policy correction, the mismatch metric, dynamic sampling and the async producer (trainer.learn.losses,
-trainer.rollouts), without Ray: hand-computed tensors, OpenRLHF 0.11's formula written out independently,
+trainer.rollout.producer), without Ray: hand-computed tensors, OpenRLHF 0.11's formula written out independently,
 and a fake trainer whose engines record when they generate."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 from trainer.learn.losses import PolicyObjective, is_correction_weights, policy_objective, rollout_mismatch
 from trainer.reward.client import RewardBatch
-from trainer.rollouts import AsyncRollouts, SyncRollouts, collect, informative
+from trainer.rollout.producer import AsyncRollouts, SyncRollouts, collect, informative
 
 LN = math.log
 
@@ -129,7 +129,7 @@ def test_informative_groups_have_varied_rewards_inside_the_range():
 
 
 class FakeTrainer:
-    """What trainer.rollouts.collect reads of a Trainer: prompts whose label says how their samples score
+    """What trainer.rollout.producer.collect reads of a Trainer: prompts whose label says how their samples score
     ("const": every sample 1.0; otherwise sample k scores k % 2), engines that record each generate."""
 
     def __init__(self, labels, batch=4, n=2, dynamic=True, rounds=4, gen_s=0.0):
@@ -257,7 +257,7 @@ def test_a_failed_generation_ends_the_step_with_its_error():
 
 # --- a replaced engine mid-batch (issue 31) ---------------------------------------------------------------------
 class ReplacingTrainer(FakeTrainer):
-    """Batch ``replace_at`` (its seed) loses an engine on its first try: as trainer.engines does, the batch asks
+    """Batch ``replace_at`` (its seed) loses an engine on its first try: as trainer.rollout.engines does, the batch asks
     ``rollouts.restore(push)`` for the replacement's weights before it goes on; pushes are recorded with the
     thread that made them."""
 

@@ -358,7 +358,7 @@ class TrainerConfig:
     eval_data: str | None = flag(
         None, "Evaluation prompts (same formats as --prompt_data; OpenRLHF's --eval_dataset): every --eval_steps "
         "steps the engines answer each prompt greedily once and --eval_n_samples times sampled, the job's "
-        "reward scores them, and eval/greedy, eval/pass@K, eval/mean@K are logged (trainer.evaluate).",
+        "reward scores them, and eval/greedy, eval/pass@K, eval/mean@K are logged (trainer.rollout.evaluate).",
         group=E, metavar="DATA",
     )  # fmt: skip
     eval_input_key: str | None = flag(

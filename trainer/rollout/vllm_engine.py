@@ -8,7 +8,7 @@ so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there
 
 Multi-turn tool rollouts run on :meth:`VllmEngine.stepper`: continuous batching over ``LLMEngine.add_request``
 / ``step`` (the calls ``LLM.generate`` itself makes), so a sample goes to the tool and back while the others
-decode (:func:`trainer.rollout.tools.run_tool_rollout_streaming`).
+decode (:func:`trainer.rollout.multiturn.run_tool_rollout_streaming`).
 
 Weights are pushed through the worker extension :class:`trainer.weights.vllm_worker_ext.WeightSyncExtension`:
 as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC), as a bucket
@@ -46,7 +46,7 @@ from trainer.rollout.engine import (
     named_tensors,
     tokenize_prompts,
 )
-from trainer.rollout.tools import Completion, cut_at_stop
+from trainer.rollout.multiturn import Completion, cut_at_stop
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class VllmEngine(RolloutEngine):
         return results
 
     def stepper(self) -> _VllmStepper | None:
-        """The multi-turn loop's :class:`~trainer.rollout.tools.Stepper` over ``LLMEngine.add_request`` /
+        """The multi-turn loop's :class:`~trainer.rollout.multiturn.Stepper` over ``LLMEngine.add_request`` /
         ``step`` (the same calls ``LLM.generate`` makes, on vLLM 0.26 and 0.32): a sample goes to the tool
         and back while the others decode. None on a CPU engine whose caller turned chunked prefill back
         on: :meth:`complete` must then split seeded batches into separate ``generate`` calls (see

@@ -17,7 +17,7 @@ reward lies outside ``--dynamic_filtering_reward_range``) carries no gradient; i
 are drawn until the batch holds ``--rollout_batch_size`` informative ones, at most
 ``--dynamic_filtering_max_rounds`` rollouts; ``dynamic_filtering/*`` says how many were dropped.
 
-**Engine faults** (:mod:`trainer.engines`): an engine that dies or hangs while it generates is replaced and its
+**Engine faults** (:mod:`trainer.rollout.engines`): an engine that dies or hangs while it generates is replaced and its
 share generated again with the same seeds; first the replacement needs the weights the other engines hold.
 The step hands the engines a ``restore`` for that (:meth:`SyncRollouts.restore`: push now, the policy holds
 exactly those weights). In async mode the policy may be training the next version meanwhile, so the producer

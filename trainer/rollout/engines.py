@@ -361,7 +361,7 @@ class Engines:
                             restore: Callable[[], Any] | None = None) -> tuple[list[Any], list[dict[str, float]]]:
         """Multi-turn tool rollouts: each engine runs the turn loop and the tools in its own process, so it asks
         the services of its node (``{node_ip}`` in --retriever_url) and runs the sandboxes there; see
-        trainer.rollout.tools and trainer.tools. Returns the samples and each engine's stats (time split, tool
+        trainer.rollout.multiturn and trainer.tools. Returns the samples and each engine's stats (time split, tool
         calls). Failed engines: as :meth:`generate`."""
         from trainer.tools.registry import settings
 

@@ -18,7 +18,7 @@ it runs between two rollouts, as the weight push does. The job's own reward scor
   ones as ``eval/greedy_<name>``; ``eval/response_length`` and ``eval/truncated`` (share of sampled answers
   cut at --generate_max_len).
 
-Engines that fail during an evaluation are replaced like during a rollout (:mod:`trainer.engines`), the
+Engines that fail during an evaluation are replaced like during a rollout (:mod:`trainer.rollout.engines`), the
 weights pushed to them first. ``--save_best METRIC`` keeps the checkpoint of the step with the highest value
 of METRIC (:class:`BestCheckpoint`).
 """
