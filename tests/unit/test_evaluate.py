@@ -50,7 +50,7 @@ def test_eval_metrics_of_hand_made_rewards():
 
 
 def _save(root: Path):
-    """What Trainer.save_checkpoint(root=...) leaves: a checkpoint directory with its own `latest`."""
+    """What Checkpoints.save(root=...) (trainer.run_state) leaves: a checkpoint directory with its own `latest`."""
     def save(directory: Path) -> None:
         directory.mkdir(parents=True)
         (directory / "latest").write_text("global_step\n")

@@ -302,9 +302,9 @@ def test_the_loop_builds_its_groups_from_the_plan(odd_plan, monkeypatch):
 
 
 def test_models_empty_their_caches_only_when_an_engine_would_not_fit():
-    """The loop's rule before sleeping engines wake (trainer.loop.needs_room): emptying the allocators' caches
+    """The rule before sleeping engines wake (trainer.rollout.memory.needs_room): emptying the allocators' caches
     costs the next step its allocations, so only when a GPU lacks the room its engines freed."""
-    from trainer.loop import WAKE_MARGIN, needs_room
+    from trainer.rollout.memory import WAKE_MARGIN, needs_room
 
     gib = 2**30
     a, b = "gpu:a", "gpu:b"
