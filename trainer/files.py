@@ -4,7 +4,7 @@ the new one, never a part.
 The one home of write-to-a-temporary-name-then-rename for the Python packages: the checkpoints
 (:mod:`trainer.checkpoint`), the retrieval index (:mod:`trainer.retrieval.index`), the metrics file, and rlrun's
 files on a Slurm node (:mod:`rlrun.slurm.runtime`). (The roles' modules, which run on a node's own Python, have
-theirs in roles/cluster/module_utils/rlrun_files.py.) Standard library only.
+theirs in roles/rlrun_files/module_utils/rlrun_files.py.) Standard library only.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@
 #            site.yml + `rlrun submit` (0-3)
 #   ppo7b    7b-ppo (GAE, critic, reference, the deployed reward service) on one node of 4 GPUs with the 7B
 #            model, site.yml + `rlrun submit` (0-3)
+#   logprob7b (2 GPUs) bench/gpu/logprob_check.py on the 7B model: vLLM TP 1 and TP 2 against the trainer's
+#            bf16 and float32 forwards, token by token (issue 38)
 #   seed32b  32b-rloo-1node with a Qwen2.5-32B-shaped model (made by `inputs` with MAKE32=1), one node of 4
 #            GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
 set -uo pipefail
@@ -75,6 +77,11 @@ stage_ppo7b() {
     critic_micro_train_batch_size=1 generate_max_len=256 prompt_max_len=128 max_steps=3 \
     vllm_gpu_memory_utilization=0.35" bash bench/gpu/miniature/run.sh x4one "$res/ppo7b"
   rm -rf /tmp/rlrun-mini8x4one/out /tmp/rlrun-mini8x4one/out_critic  # 29 GB of final models: disk for the 32B
+}
+
+stage_logprob7b() {  # issue 38 item 4: vLLM at TP 1 and TP 2 against the trainer's forward, token by token
+  CUDA_VISIBLE_DEVICES=0,1 python3 bench/gpu/logprob_check.py --model $work/m7b --tp 1 2 --prompts 16 \
+    --new-tokens 256 --json "$res/logprob7b.json"
 }
 
 stage_seed32b() {
@@ -159,7 +166,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=560 [step1]=560 [multiturn]=220
-                       [selftest]=30 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
+                       [selftest]=30 [logprob7b]=300 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

@@ -148,7 +148,8 @@ def test_colocated_engine_gets_a_gpu_share_beside_the_policy(fake_gpu_cluster, p
     from trainer.placement import plan
     from trainer.rollout.engines import Engines
 
-    cfg = cfg_of("rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false", "colocate_all_models=true",
+    cfg = cfg_of("rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false", "enforce_eager=false",
+                 "colocate_all_models=true",
                  "actor_num_gpus_per_node=2", "ref_num_gpus_per_node=2", "rollout_batch_size=4",
                  "micro_rollout_batch_size=2")
     p = plan(cfg, use_gpus=True)

@@ -55,7 +55,7 @@ ONE_DEFINITION = ("one_line", "command_error", "RequestError", "ConfigError", "S
 # mechanism -> (its homes, what finds a copy)
 MECHANISMS = {
     "a file written under a temporary name and renamed": ("trainer/files.py",
-                                                          "roles/cluster/module_utils/rlrun_files.py"),
+                                                          "roles/rlrun_files/module_utils/rlrun_files.py"),
     "/proc/PID/stat read": ("trainer/procs.py",),
 }
 # places that use a mechanism for something else, and what

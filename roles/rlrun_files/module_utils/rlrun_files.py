@@ -1,8 +1,9 @@
 """The roles' modules' one way to write a file on a node: atomically, with its mode from the start.
 
 node_files (roles/cluster), node_service and python_stack_state import it as ``ansible.module_utils.rlrun_files``:
-the cluster role, listed first in every play, puts its module_utils/ on Ansible's path, and Ansible ships the
-file to the node with each module that imports it. Standard library only (it runs on the node's Python).
+their roles list this one (rlrun_files) as a dependency, which puts its module_utils/ on Ansible's path in any
+play that has one of them, and Ansible ships the file to the node with each module that imports it. Standard
+library only (it runs on the node's Python).
 """
 
 from __future__ import annotations
