@@ -107,12 +107,15 @@ pytest-rest: dev
 MOLECULE_ROLES := cluster accel_env python_stack node_service ray_node reward_server retriever preflight firewall
 molecule: molecule-cluster molecule-roles
 
+# Each scenario's time is printed when it ends (=== molecule NAME: rc R after N s), for the lanes' balance.
+MOLECULE_TIMED = s=$$1; t=$$(date +%s); molecule test -s $$s; rc=$$?; \
+	echo "=== molecule $$s: rc $$rc after $$(( $$(date +%s) - t )) s"; [ $$rc -eq 0 ]
+
 molecule-cluster: dev
-	molecule test -s default
-	molecule test -s multinode
+	set -e; for s in default multinode; do sh -c '$(MOLECULE_TIMED)' _ $$s; done
 
 molecule-roles: dev
-	set -e; for s in $(MOLECULE_ROLES); do molecule test -s $$s; done
+	set -e; for s in $(MOLECULE_ROLES); do sh -c '$(MOLECULE_TIMED)' _ $$s; done
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
