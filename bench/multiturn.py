@@ -5,7 +5,7 @@ What it measures, on this machine's CPUs (or one GPU), with vLLM in-process and 
 the retrieval service, ``python -m trainer.retrieval serve`` over the tiny-search corpus, loopback; ``--tool
 python``: the sandbox, a fresh process per call):
 
-- ``multi-turn``: ``VllmEngine.generate_with_tools`` (``trainer.rollout.tools`` over ``trainer.tools``) for the
+- ``multi-turn``: ``VllmEngine.generate_with_tools`` (``trainer.rollout.multiturn`` over ``trainer.tools``) for the
   demo's batch (8 prompts x 8 samples, one call each), a model taught for a few seconds to call the tool so every
   sample calls it;
 - ``baseline``: the same engine generating exactly as many tokens per sample as the policy generated in the

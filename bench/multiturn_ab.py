@@ -33,7 +33,7 @@ def load(path: Path, name: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("old", type=Path, help="an older checkout (its trainer/rollout/tools.py is the old loop)")
+    parser.add_argument("old", type=Path, help="an older checkout (its trainer/rollout/multiturn.py, or tools.py before issue 37, is the old loop)")
     parser.add_argument("--repeats", type=int, default=12)
     args = parser.parse_args()
     import multiturn as B
@@ -41,11 +41,13 @@ def main() -> int:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from trainer.rollout import tools as new_tools
+    from trainer.rollout import multiturn as new_tools
     from trainer.rollout.vllm_engine import VllmEngine
     from trainer.tiny import make_model
     from trainer.tools.registry import build_toolbox, search_settings
-    old_tools = load(args.old / "trainer" / "rollout" / "tools.py", "old_rollout_tools")
+    rollout_dir = args.old / "trainer" / "rollout"  # the loop was rollout/tools.py before issue 37
+    old_loop = rollout_dir / "multiturn.py" if (rollout_dir / "multiturn.py").exists() else rollout_dir / "tools.py"
+    old_tools = load(old_loop, "old_rollout_tools")
     work = Path(tempfile.mkdtemp(prefix="bench-multiturn-ab-"))
     make_model(work / "model", hidden_size=128)
     questions, calls = B.task("search", work)

@@ -41,7 +41,7 @@ def ragged_batch(rows: int, max_len: int, vocab: int, seed: int):
 def make_worker(model_path: str, packing: bool, dtype: torch.dtype, device: torch.device, attn: str):
     from transformers import AutoModelForCausalLM
 
-    from trainer.actors.model_worker import ModelWorker
+    from trainer.learn.model_worker import ModelWorker
 
     worker = ModelWorker(0, 1)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype, attn_implementation=attn).to(device)
@@ -50,7 +50,7 @@ def make_worker(model_path: str, packing: bool, dtype: torch.dtype, device: torc
 
 
 def step(worker, opt, exp, device) -> torch.Tensor:
-    from trainer.losses import policy_loss
+    from trainer.learn.losses import policy_loss
 
     mask = exp.action_mask.to(device)
     logp = worker._action_logprobs(exp.input_ids, exp.attention_mask, exp.num_actions)
@@ -105,7 +105,7 @@ def main() -> int:
             del worker, opt
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    from trainer.packing import pack
+    from trainer.learn.packing import pack
 
     real = int(exp.attention_mask.sum())
     slots = exp.attention_mask.numel()

@@ -1,13 +1,13 @@
 """Weight-sync benchmark: per-tensor vs bucketed broadcast vs one raw broadcast, between 2 processes.
 
 A sender (group rank 0, "the trainer") pushes the parameters of a synthetic decoder-only model to a receiver
-(rank 1, "an engine worker") over a dedicated group made by ``trainer.sync.make_sync_group``: NCCL between
+(rank 1, "an engine worker") over a dedicated group made by ``trainer.weights.broadcast.make_sync_group``: NCCL between
 two GPUs when there are two, else gloo on CPU over loopback. Measured, each as the median of ``--repeats``
 runs after one warm-up:
 
 - ``raw``: one broadcast of a flat buffer with the same total bytes (the link's ceiling, the baseline);
 - ``per-tensor``: one broadcast per parameter, the receiver's tensors pre-allocated (metadata known);
-- ``bucketed``: ``trainer.sync.broadcast_buckets`` streaming ``iter_buckets`` (packing copy, per-bucket JSON
+- ``bucketed``: ``trainer.weights.broadcast.broadcast_buckets`` streaming ``iter_buckets`` (packing copy, per-bucket JSON
   header, receiver allocation included): what a weight push costs with this module;
 - ``bucketed-prepacked``: the same with buckets packed before the clock starts.
 
@@ -35,7 +35,16 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer import sync  # noqa: E402
+from trainer.weights.broadcast import (  # noqa: E402
+    SyncGroup,
+    broadcast_buckets,
+    broadcast_tensor,
+    close_sync_group,
+    iter_received_buckets,
+    iter_received_tensors,
+    make_sync_group,
+)
+from trainer.weights.buckets import iter_buckets, pack_buckets  # noqa: E402
 
 VOCAB = 32000
 
@@ -65,10 +74,10 @@ def make_tensors(shapes: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype, 
     return {n: torch.randn(s, generator=g, device=device, dtype=torch.float32).to(dtype) for n, s in shapes}
 
 
-def _sync_point(group: sync.SyncGroup, src: int) -> None:
+def _sync_point(group: SyncGroup, src: int) -> None:
     """A tiny broadcast from ``src``: orders both ranks (used as barrier and as the receiver's ack)."""
     flag = torch.zeros(1, dtype=torch.int64, device=group.device)
-    sync.broadcast_tensor(group, flag, src)
+    broadcast_tensor(group, flag, src)
     if group.device.type == "cuda":
         torch.cuda.synchronize(group.device)
 
@@ -82,34 +91,34 @@ def _worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     if args.threads or device.type == "cpu":  # 2 processes share the cores: oversubscription costs ~5x
         torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 2) // 2))
     dtype = getattr(torch, args.dtype)
-    group = sync.make_sync_group("127.0.0.1", port, rank, 2, backend=args.backend, device=device)
+    group = make_sync_group("127.0.0.1", port, rank, 2, backend=args.backend, device=device)
     shapes = model_shapes(args.params, args.layers)
     tensors = make_tensors(shapes, dtype, device) if rank == 0 else None
     recv = {n: torch.empty(s, dtype=dtype, device=device) for n, s in shapes} if rank == 1 else None
     total = sum(math.prod(s) for _, s in shapes) * torch.empty((), dtype=dtype).element_size()
     bucket_bytes = int(args.bucket_mb * 2**20)
     flat = torch.zeros(total, dtype=torch.uint8, device=device)
-    prepacked = sync.pack_buckets(tensors, bucket_bytes) if rank == 0 else None
+    prepacked = pack_buckets(tensors, bucket_bytes) if rank == 0 else None
 
     def raw() -> None:
-        sync.broadcast_tensor(group, flat, 0)
+        broadcast_tensor(group, flat, 0)
 
     def per_tensor() -> None:
         for n, _ in shapes:
-            sync.broadcast_tensor(group, tensors[n] if rank == 0 else recv[n], 0)
+            broadcast_tensor(group, tensors[n] if rank == 0 else recv[n], 0)
 
     def bucketed() -> None:
         if rank == 0:
-            sync.broadcast_buckets(group, sync.iter_buckets(tensors, bucket_bytes))
+            broadcast_buckets(group, iter_buckets(tensors, bucket_bytes))
         else:
-            for bucket in sync.iter_received_buckets(group):
+            for bucket in iter_received_buckets(group):
                 bucket.tensors()
 
     def bucketed_prepacked() -> None:
         if rank == 0:
-            sync.broadcast_buckets(group, prepacked)
+            broadcast_buckets(group, prepacked)
         else:
-            for bucket in sync.iter_received_buckets(group):
+            for bucket in iter_received_buckets(group):
                 bucket.tensors()
 
     methods = {"raw": raw, "per-tensor": per_tensor, "bucketed": bucketed, "bucketed-prepacked": bucketed_prepacked}
@@ -130,14 +139,14 @@ def _worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     verified = None
     if args.verify:  # once, bucketed: the receiver checks every byte against the sender's tensors
         if rank == 0:
-            sync.broadcast_buckets(group, sync.iter_buckets(tensors, bucket_bytes))
+            broadcast_buckets(group, iter_buckets(tensors, bucket_bytes))
         else:
-            got = dict(sync.iter_received_tensors(group))
+            got = dict(iter_received_tensors(group))
             want = make_tensors(shapes, dtype, device)
             verified = sorted(got) == sorted(want) and all(
                 torch.equal(got[n].view(torch.uint8), want[n].view(torch.uint8)) for n in want
             )
-    sync.close_sync_group(group)
+    close_sync_group(group)
     if rank == 1:
         Path(out + ".rank1").write_text(json.dumps({"verified": verified}))
     if rank == 0:

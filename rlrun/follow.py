@@ -35,7 +35,7 @@ SUMMARY_KEYS = (REWARD_KEY, "reward/exact_match", "search/rate", "search/turns",
                 "dynamic_filtering/filtered_share", "engines/restarts")
 # Shown only when the first key is not there (the search tool's own names say the same).
 SAME_AS = {"tools/rate": "search/rate", "tools/turns": "search/turns"}
-# The evaluation's headline metrics (trainer.evaluate; K = --eval_n_samples): logged on evaluation steps only,
+# The evaluation's headline metrics (trainer.rollout.evaluate; K = --eval_n_samples): logged on evaluation steps only,
 # shown from then on with the step they are from.
 EVAL_KEYS = re.compile(r"^eval/(greedy|pass@\d+|mean@\d+)$")
 

@@ -62,7 +62,7 @@ class Panel:
 PANELS: tuple[Panel, ...] = (
     Panel("reward", "reward", lambda k: k == "reward/mean"),
     Panel("accuracy", "fraction correct", lambda k: k == "reward/accuracy", ylim01=True),
-    # trainer.evaluate's headline metrics (logged on evaluation steps; step 0: before training)
+    # trainer.rollout.evaluate's headline metrics (logged on evaluation steps; step 0: before training)
     Panel("evaluation", "reward on --eval_data", lambda k: bool(re.match(r"^eval/(greedy|pass@\d+|mean@\d+)$", k))),
     Panel("tools", "fraction of samples (calls)", lambda k: k in ("search/rate", "tools/rate", "tools/errors",
                                                                   "reward/exact_match"), ylim01=True),

@@ -13,7 +13,7 @@ file system on more than one node)::
         COMPLETE           the completion marker, written last: each group's world size and files with sizes
         universal/<group>/ DeepSpeed's universal checkpoint of a group, made once by the first resume on another
                            GPU count (or with --use_ds_universal_ckpt) and kept for the next one
-    <tag>/                 a checkpoint saved under a name of its own (``Trainer.save_checkpoint("best")``): the
+    <tag>/                 a checkpoint saved under a name of its own (``Checkpoints.save("best")``): the
                            same layout, replaced atomically when saved again, never ``latest``, never pruned
     .tmp-<tag>-<id>/       a checkpoint being written; one left behind by a job that ended mid-write is skipped
                            on resume and removed by the next save

@@ -15,8 +15,8 @@ The listeners bind port 0 (the kernel's ephemeral range, where gloo and NCCL ope
 rank's node address, so a link that drops those connections drops the probe too. Where every peer answers,
 the line names this rank, the group's nodes and says so.
 
-Stdlib and torch only (no Ray): the trainer's groups (``trainer.actors.group``), the weight-sync group
-(``trainer.sync.make_sync_group``) and ``rlrun check --fabric``'s job (``rlrun/fabric/job.py``) use it.
+Stdlib and torch only (no Ray): the trainer's groups (``trainer.learn.group``), the weight-sync group
+(``trainer.weights.broadcast.make_sync_group``) and ``rlrun check --fabric``'s job (``rlrun/fabric/job.py``) use it.
 """
 
 from __future__ import annotations

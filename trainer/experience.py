@@ -99,3 +99,10 @@ def shard(n: int, parts: int) -> list[list[int]]:
         out.append(list(range(lo, hi)))
         lo = hi
     return out
+
+
+def micro_batches(exp: Experience, rows: torch.Tensor, ranks: int, size: int) -> list[list[dict[str, torch.Tensor]]]:
+    """``rows`` of ``exp`` split over ``ranks`` ranks (:func:`shard`), each rank's share cut into micro-batches of
+    ``size`` rows: what a group's ``run_sharded`` hands its ranks."""
+    return [[exp.rows(mine[i:i + size]) for i in range(0, len(mine), size)]
+            for mine in (rows[idx] for idx in shard(len(rows), ranks))]

@@ -2,13 +2,17 @@
 
 One step, top to bottom: generate -> score -> advantages -> train -> sync -> metrics
 (`Trainer.step`). The policy, reference and (PPO with GAE) critic groups are
-DeepSpeed models on Ray actor groups, rollout engines are vLLM (or HF generate)
-Ray actors, rewards come from the remote reward service or a local function.
+DeepSpeed models on Ray actor groups (:mod:`trainer.learn`), rollout engines are vLLM (or HF generate)
+Ray actors (:mod:`trainer.rollout`), the weights reach them through the plan's transport
+(:mod:`trainer.weights`), rewards come from the remote reward service or a local function.
+
+This module wires the three packages: each part is handed what it needs (the engines, the prompt sampler, a
+``score`` of the job's reward, the weight push ``sync_weights``, a checkpoint saver), never the trainer. The
+supervised warm-up is :mod:`trainer.warmup`, the run's state and its checkpoints :mod:`trainer.run_state`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -16,26 +20,27 @@ from pathlib import Path
 
 import torch
 
-from trainer import checkpoint
-from trainer.actors.critic_worker import CriticWorker
-from trainer.actors.group import ActorGroup, GroupSpec, bundle_nodes
-from trainer.actors.model_worker import ModelWorker
-from trainer.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.data import PromptSampler, prompts_from_config
-from trainer.engines import Engines
-from trainer.evaluate import Evaluator
-from trainer.experience import Experience, build_experience, pad_right, shard
-from trainer.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
+from trainer.experience import Experience, build_experience, micro_batches, pad_right, shard
+from trainer.learn.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
+from trainer.learn.critic_worker import CriticWorker
+from trainer.learn.group import ActorGroup, GroupSpec, bundle_nodes
+from trainer.learn.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
+from trainer.learn.model_worker import ModelWorker
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
-from trainer.rollouts import AsyncRollouts, Rollout, SyncRollouts
+from trainer.rollout.engines import Engines
+from trainer.rollout.evaluate import Evaluator
+from trainer.rollout.memory import EngineMemory
+from trainer.rollout.producer import AsyncRollouts, Rollout, Rollouts, SyncRollouts, scorer
+from trainer.run_state import Checkpoints, RunState
 from trainer.schedule import learning_rate
-from trainer.weight_sync import make_weight_sync
+from trainer.warmup import warmup
+from trainer.weights.transports import make_weight_sync
 
 log = logging.getLogger("trainer")
-
 
 
 def make_reward(cfg):
@@ -97,25 +102,31 @@ class Trainer:
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
         if self.plan.weight_transport != "broadcast":  # the broadcast group says so when it forms
             print(f"weight sync: {self.weight_sync.describe()}", flush=True)
+        models = [g for g in (self.policy, self.ref, self.critic) if g is not None]
         # colocated vLLM on GPUs: engines release their memory between generate and the next sync
-        self._sleeps = cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm" and use_gpus
-        self._wake_need: dict[str, int] = {}
-        self.sampler = PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed)
-        self.sampler_state = self.sampler.state_dict()  # after the last batch trained on (checkpoints)
-        self.rollouts: SyncRollouts | AsyncRollouts = SyncRollouts(self)
+        self.memory = EngineMemory(self.engines, models, cfg.vllm_enable_sleep and cfg.rollout_backend == "vllm"
+                                   and use_gpus)
+        self.state = RunState(PromptSampler(self.prompts, cfg.rollout_batch_size, seed=cfg.seed),
+                              RunningMeanStd() if cfg.normalize_reward else None)
+        self.checkpoints = Checkpoints(cfg, self.state, {"policy": self.policy, **(
+            {"critic": self.critic} if self.critic is not None else {})}, push=self.sync_weights)
+        score = scorer(self.reward)
+        # rollouts made now, or ahead of training at most --max_staleness versions old (--async_train)
+        parts = (cfg, self.state.sampler, self.engines, score, self.sync_weights)
+        self.rollouts: Rollouts = (AsyncRollouts(*parts, max_staleness=cfg.max_staleness) if cfg.async_train
+                                   else SyncRollouts(*parts))
         self.total_train_steps = cfg.total_train_steps(len(self.prompts))
-        self.opt_step = 0  # optimizer steps taken: the position in the LR schedule (checkpointed)
-        self.norm = RunningMeanStd() if cfg.normalize_reward else None
-        self.step_no = 0
         wandb = (WandbLogger(cfg.use_wandb, cfg.wandb_project, cfg.wandb_run_name, cfg.to_dict(redact=True))
                  if cfg.use_wandb else None)
         self.metrics = MetricsLogger(cfg.metrics_path or str(Path(cfg.save_path) / "metrics.jsonl"),
                                      cfg.use_tensorboard, wandb=wandb)
-        self.evaluator = Evaluator(self)  # --eval_data: eval/* every --eval_steps (trainer.evaluate)
+        # --eval_data: eval/* every --eval_steps (trainer.rollout.evaluate); --save_best keeps the best checkpoint
+        self.evaluator = Evaluator(cfg, self.tokenizer, self.engines, score, self.sync_weights, self.rollouts.exclusive,
+                                   save=lambda directory: self.checkpoints.save(root=directory))
         if cfg.sft_warmup_steps:
-            self.warmup()
-        resumed = bool(cfg.load_checkpoint) and self._resume()
-        note = self.metrics.begin(self.step_no if resumed else None)  # one run's steps, once each
+            warmup(cfg, self.tokenizer, self.policy, self.ref, self.sync_weights)
+        resumed = self.checkpoints.resume() if cfg.load_checkpoint else None
+        note = self.metrics.begin(resumed)  # one run's steps, once each
         if note:
             print(note, flush=True)
 
@@ -126,119 +137,36 @@ class Trainer:
         return ActorGroup(worker_cls, spec, pg=self.policy.pg if group.in_policy_group else None,
                           placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
 
-    # --- supervised warm-up ----------------------------------------------------------------------------
-
-    def warmup(self) -> None:
-        """--sft_warmup_steps optimizer steps of NLL on `sft_output_key + eos`, then the reference and the
-        engines take the warmed-up weights (the KL anchors there). Seeded, so a resumed run repeats it
-        exactly before its checkpoint replaces the policy."""
-        import ray
-
-        from trainer.data import chat_tools, load_prompts
-
-        cfg, tok = self.cfg, self.tokenizer
-        # Own warm-up data (--sft_data) is read whole: --max_samples caps the RL prompts.
-        data, stats = load_prompts(cfg.sft_data or cfg.prompt_data, input_key=cfg.input_key,
-                                   label_key=cfg.sft_output_key, apply_chat_template=cfg.apply_chat_template,
-                                   input_template=cfg.input_template,
-                                   max_samples=None if cfg.sft_data else cfg.max_samples,
-                                   prompt_max_len=cfg.prompt_max_len, tokenizer=tok, require_labels=True,
-                                   chat_tools=chat_tools(cfg))
-        print(f"warm-up data ({cfg.sft_data or cfg.prompt_data}, {cfg.sft_output_key!r} as targets): "
-              f"{stats.as_dict()}", flush=True)
-        eos = tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        prompt_ids = [tok(p.text, add_special_tokens=False)["input_ids"] for p in data]
-        target_ids = [tok(p.label, add_special_tokens=False)["input_ids"] + [eos] for p in data]
-        self.policy.run("set_learning_rate", cfg.sft_learning_rate or cfg.actor_learning_rate)
-        gen = torch.Generator().manual_seed(cfg.seed)
-        for step in range(1, cfg.sft_warmup_steps + 1):
-            idx = torch.randint(len(data), (cfg.train_batch_size,), generator=gen).tolist()
-            exp = build_experience([prompt_ids[i] for i in idx], [target_ids[i] for i in idx], pad)
-            losses = self.policy.run_sharded("train_sft", self._micro(exp, torch.arange(len(idx)), self.policy))
-            print(f"warm-up step {step}/{cfg.sft_warmup_steps}: loss/sft={sum(losses) / len(losses):.4f}", flush=True)
-        self.policy.run("set_learning_rate", cfg.actor_learning_rate)
-        self.policy.run("reset_optimizer_state")
-        if self.ref is not None:
-            state = ray.put(self.policy.run("full_state")[0])
-            self.ref.run("load_full_state", state)
-        self.sync_weights()
-
-    def _micro(self, exp: Experience, rows: torch.Tensor, group: ActorGroup,
-               size: int | None = None) -> list[list[dict[str, torch.Tensor]]]:
-        """`rows` of `exp` split over the ranks of `group`, each rank's share cut into micro-batches of `size`
-        (default --micro_train_batch_size)."""
-        size = size or self.cfg.micro_train_batch_size
-        return [[exp.rows(mine[i:i + size]) for i in range(0, len(mine), size)]
-                for mine in (rows[idx] for idx in shard(len(rows), group.spec.world_size))]
-
     # --- one RL step ---------------------------------------------------------------------------------
 
     def step(self) -> dict[str, float]:
         """generate -> score -> advantages -> train -> sync -> metrics, for one rollout batch (made now, or
-        ahead of training with --async_train: trainer.rollouts)."""
-        cfg = self.cfg
+        ahead of training with --async_train: trainer.rollout.producer)."""
+        cfg, state = self.cfg, self.state
         self.timer.times.clear()
-        self.step_no += 1
+        state.step += 1
         t0 = time.perf_counter()
-        rollout = self.rollouts.next(self.step_no)  # prompts drawn, generated, scored (and filtered)
-        if self._sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
+        rollout = self.rollouts.next(state.step)  # prompts drawn, generated, scored (and filtered)
+        if self.memory.sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
             with self.timer("sleep"):
-                freed = self.sleep_engines()
+                freed = self.memory.sleep()
         with self.timer("make_experience"):
             exp, extra = self.make_experience(rollout)
         with self.timer("train"):
             train_metrics = self.train(exp)
         with self.timer("sync"):
-            synced = self.rollouts.push(self.sync_weights)
-        self.sampler_state = rollout.sampler_state
-        evals = self.evaluator.after_step(self.step_no)  # with the weights just synced, every --eval_steps
+            synced = self.rollouts.push()  # self.sync_weights, between two batches
+        state.sampler_state = rollout.sampler_state
+        evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
                    "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
-        if self._sleeps:
+        if self.memory.sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
-        if self.step_no % cfg.logging_steps == 0 or evals:
-            self.metrics.log(self.step_no, metrics)
-        if cfg.save_steps > 0 and self.step_no % cfg.save_steps == 0:
-            self.save_checkpoint()
+        if state.step % cfg.logging_steps == 0 or evals:
+            self.metrics.log(state.step, metrics)
+        if cfg.save_steps > 0 and state.step % cfg.save_steps == 0:
+            self.checkpoints.save()
         return metrics
-
-    def generate_batch(self, texts: list[str], seed: int) -> tuple[list, list[dict[str, float]]]:
-        """Samples of ``texts`` from the engines, with the engines' log-probs of them (unless
-        --skip_rollout_logprobs), and for multi-turn search rollouts (--retriever_url) each engine's time
-        split."""
-        self.engines.wait_ready()
-        restore = functools.partial(self.rollouts.restore, self.sync_weights)  # replaced engines need the weights
-        if self.cfg.multi_turn:
-            return self.engines.generate_with_tools(texts, seed=seed, restore=restore)
-        return self.engines.generate(texts, seed=seed, logprobs=not self.cfg.skip_rollout_logprobs,
-                                     restore=restore), []
-
-    def score(self, prompts, samples):
-        """The rewards of ``samples`` (RewardBatch; the same number of samples per prompt, prompt-major), by the
-        remote service or the local function."""
-        n = len(samples) // max(len(prompts), 1)
-        labels = [p.label for p in prompts for _ in range(n)]
-        return self.reward([s.prompt + s.response for s in samples], [s.prompt for s in samples], labels)
-
-    def sleep_engines(self) -> int:
-        """Every engine releases its weights and KV cache (vLLM sleep level 2); returns the bytes freed. What
-        the engines freed on each GPU, summed, is what waking them needs back there (``_wake_need``)."""
-        self._wake_need = self.engines.sleep()
-        return sum(self._wake_need.values())
-
-    def make_room_for_engines(self) -> bool:
-        """Before sleeping engines wake: if a GPU has less free memory than its engines need back, the models
-        hand their allocators' cached blocks back (emptying them costs the next step its allocations, so
-        only then). Returns whether they did."""
-        import ray
-
-        groups = [g for g in (self.policy, self.ref, self.critic) if g is not None]
-        free = ray.get([ref for g in groups for ref in g.async_run("device_free")])
-        if not needs_room(free, self._wake_need):
-            return False
-        ray.get([ref for g in groups for ref in g.async_run("empty_cache")])
-        return True
 
     def make_experience(self, rollout: Rollout) -> tuple[Experience, dict[str, float]]:
         import ray
@@ -264,7 +192,8 @@ class Trainer:
             forwards["values"] = self._per_rank(self.critic, "batch_values", exp)
         rewards = rollout.rewards
         raw = torch.tensor(rewards.rewards, dtype=torch.float32)
-        scores = normalize_reward(raw, self.norm) if self.norm is not None else raw
+        norm = self.state.norm
+        scores = normalize_reward(raw, norm) if norm is not None else raw
         for name, refs in forwards.items():
             setattr(exp, name, torch.cat(ray.get(refs)))
         kl = None
@@ -289,8 +218,6 @@ class Trainer:
             extra.update(rollout_mismatch(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask))
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items()
                       if k in ("accuracy", "n_timeout", "exact_match", "f1")})
-        if cfg.multi_turn:
-            extra.update(tool_metrics(samples, rollout.tool_stats, cfg.tool_names))
         return exp, extra
 
     @staticmethod
@@ -302,7 +229,7 @@ class Trainer:
     def train(self, exp: Experience) -> dict[str, float]:
         import ray
 
-        cfg = self.cfg
+        cfg, state = self.cfg, self.state
         b = exp.input_ids.size(0)
         sums: dict[str, float] = {}
         steps = 0
@@ -310,23 +237,23 @@ class Trainer:
         # critic warm-up (--freezing_actor_steps): the first N rollout steps train the critic only, and the
         # actor's LR schedule starts when the actor does
         frozen = max(cfg.freezing_actor_steps, 0)
-        actor_trains = self.step_no > frozen
+        actor_trains = state.step > frozen
         for epoch in range(cfg.max_epochs):
-            gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step_no * 101 + epoch)
+            gen = torch.Generator().manual_seed(cfg.seed * 100_003 + state.step * 101 + epoch)
             perm = torch.randperm(b, generator=gen)
             for start in range(0, b, cfg.train_batch_size):
                 batch = perm[start:start + cfg.train_batch_size]
                 refs = []
                 if actor_trains:
-                    lr = learning_rate(cfg.actor_learning_rate, self.opt_step - frozen * cfg.train_steps_per_rollout,
+                    lr = learning_rate(cfg.actor_learning_rate, state.opt_step - frozen * cfg.train_steps_per_rollout,
                                        self.total_train_steps, cfg.lr_warmup_ratio, cfg.lr_scheduler)
-                    refs = self.policy.async_run_sharded("train_policy", self._micro(exp, batch, self.policy), objective,
-                                                         lr=lr)
+                    micro = micro_batches(exp, batch, self.policy.spec.world_size, cfg.micro_train_batch_size)
+                    refs = self.policy.async_run_sharded("train_policy", micro, objective, lr=lr)
                     sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
                 if self.critic is not None:  # the critic steps on the same minibatch, at the same time
-                    clr = learning_rate(cfg.critic_learning_rate, self.opt_step, self.total_train_steps,
+                    clr = learning_rate(cfg.critic_learning_rate, state.opt_step, self.total_train_steps,
                                         cfg.critic_lr_warmup_ratio, cfg.lr_scheduler)
-                    micro = self._micro(exp, batch, self.critic, cfg.critic_micro_train_batch_size)
+                    micro = micro_batches(exp, batch, self.critic.spec.world_size, cfg.critic_micro_train_batch_size)
                     crefs = self.critic.async_run_sharded("train_critic", micro, value_clip=cfg.value_clip, lr=clr)
                     for key, value in _mean_of(ray.get(crefs)).items():
                         sums[key] = sums.get(key, 0.0) + value
@@ -335,73 +262,31 @@ class Trainer:
                     for key, value in _mean_of(ray.get(refs)).items():
                         sums[key] = sums.get(key, 0.0) + value
                 steps += 1
-                self.opt_step += 1
+                state.opt_step += 1
         return {k: v / max(steps, 1) for k, v in sums.items()}
 
     def sync_weights(self) -> int:
-        """Policy -> engines through the plan's transport (:mod:`trainer.weight_sync`); sleeping engines wake
-        their weights first (their KV cache once the weights are in), and the engines reset their prefix
-        cache. Returns the bytes of weights handed over."""
+        """Policy -> engines through the plan's transport (:mod:`trainer.weights.transports`); sleeping engines
+        wake their weights first (their KV cache once the weights are in: :mod:`trainer.rollout.memory`), and
+        the engines reset their prefix cache. Returns the bytes of weights handed over."""
         self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now
-        if self._sleeps:  # the weights' memory back (contents undefined until the push below)
-            self.make_room_for_engines()
-            self.engines.wake(tags=["weights"])
+        self.memory.wake_weights()  # the weights' memory back (contents undefined until the push below)
         return self.weight_sync.push()
-
-    # --- checkpoints ---------------------------------------------------------------------------------
-
-    def save_checkpoint(self, tag: str | None = None, *, hf: bool | None = None, root: str | None = None) -> Path:
-        """The policy's (and critic's) DeepSpeed state and the client state (step, optimizer steps, sampler,
-        reward normaliser), written atomically under --ckpt_path, or under ``root`` (the best one of
-        --save_best, :mod:`trainer.evaluate`) (:mod:`trainer.checkpoint`); ``hf`` (default --save_hf_ckpt) adds
-        the HF model. ``tag`` None: ``global_step<N>``, which becomes ``latest``, older ones past --max_ckpt_num
-        go. A tag of the caller's: kept beside them, replaced atomically when saved again, never ``latest``, never
-        pruned. Returns the checkpoint's directory."""
-        cfg = self.cfg
-        client = {"step": self.step_no, "opt_step": self.opt_step, "sampler": self.sampler_state,
-                  "norm": self.norm.state_dict() if self.norm else None}
-        save_hf = cfg.save_hf_ckpt if hf is None else hf
-        return checkpoint.save(Path(root or cfg.ckpt_path), tag or f"global_step{self.step_no}", self._checkpointed(), client,
-                               hf=self.policy if save_hf else None, latest=tag is None,
-                               keep=cfg.max_ckpt_num if tag is None else None)
-
-    def _checkpointed(self) -> dict[str, ActorGroup]:
-        """The groups a checkpoint holds, by name (the reference model is rebuilt: --pretrain, the warm-up)."""
-        return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
-
-    def _resume(self) -> bool:
-        """Continue from the newest complete checkpoint in --ckpt_path (torn ones are named and skipped), on
-        this run's placement: a group saved by another number of ranks loads DeepSpeed's universal checkpoint.
-        False: there was none, the run starts fresh."""
-        found = checkpoint.newest(Path(self.cfg.ckpt_path))
-        if found is None:
-            print(f"no complete checkpoint in {self.cfg.ckpt_path}; starting fresh", flush=True)
-            return False
-        client = checkpoint.load(found, self._checkpointed(), universal=self.cfg.use_ds_universal_ckpt)
-        self.step_no = client["step"]
-        self.opt_step = client.get("opt_step", 0)
-        self.sampler.load_state_dict(client["sampler"])
-        self.sampler_state = self.sampler.state_dict()
-        if self.norm is not None and client.get("norm"):
-            self.norm.load_state_dict(client["norm"])
-        self.sync_weights()
-        print(f"resumed from {found.path} (step {self.step_no})", flush=True)
-        return True
 
     # --- run -----------------------------------------------------------------------------------------
 
     def fit(self) -> None:
-        cfg = self.cfg
+        cfg, state = self.cfg, self.state
         total = cfg.total_rollouts(len(self.prompts))  # --max_steps, else every rollout of --num_episodes
-        self.metrics.plan(total_steps=total, start_step=self.step_no, algorithm=cfg.advantage_estimator,
+        self.metrics.plan(total_steps=total, start_step=state.step, algorithm=cfg.advantage_estimator,
                           sft_warmup_steps=cfg.sft_warmup_steps)
-        self.evaluator.at_start()  # --eval_at_start: step 0, the weights the run starts from
-        if cfg.async_train:  # rollouts made ahead of training, at most --max_staleness versions old
-            self.rollouts = AsyncRollouts(self, self.step_no + 1, total, cfg.max_staleness)
-            self.rollouts.start()  # after the assignment: a replaced engine is restored through self.rollouts
+        evals = self.evaluator.at_start(state.step)  # --eval_at_start: step 0, the weights the run starts from
+        if evals:
+            self.metrics.log(0, evals)
+        self.rollouts.start(state.step + 1, total)
         try:
             # async: the producer draws ahead, so the step count alone ends the run
-            while self.step_no < total and (cfg.async_train or self.sampler.episode < cfg.num_episodes):
+            while state.step < total and (cfg.async_train or state.sampler.episode < cfg.num_episodes):
                 self.step()
         finally:
             self.rollouts.close()
@@ -421,50 +306,6 @@ class Trainer:
         if close:
             close()
 
-
-#: Free memory a GPU must have beyond what a waking engine takes back (fragmentation, the CUDA graphs' pool).
-WAKE_MARGIN = 1.1
-
-
-def needs_room(free: list[tuple[str, int]], wake_need: dict[str, int]) -> bool:
-    """Whether any GPU has less free memory than its sleeping engines need to wake: ``free`` is each model
-    rank's view of its device (UUID, free bytes), ``wake_need`` the bytes the engines' sleep freed per device
-    (summed over engines that share one), with :data:`WAKE_MARGIN`. A GPU no engine sleeps on needs nothing;
-    without GPUs there is nothing to make room for."""
-    return any(nbytes < WAKE_MARGIN * wake_need.get(device, 0) for device, nbytes in free)
-
-
-def tool_metrics(samples, stats: list[dict[str, float]], tools: tuple[str, ...] = ("search",)) -> dict[str, float]:
-    """What a multi-turn rollout did: ``tools/rate`` (share of samples that called a tool at least once),
-    ``tools/calls`` (calls per sample), ``tools/turns`` (generation turns per sample), ``tools/inserted_tokens``
-    (tool tokens per sample), ``tools/errors`` (share of the calls whose result was an error or a timeout), and per
-    tool ``tools/<name>/rate``, ``calls``, ``errors``, ``timeouts``; with the search tool also the first four
-    under ``search/*``, as Search-R1's runs logged them; and where the engines' time went:
-    ``rollout/tool_s`` and ``rollout/other_s`` (the tools' calls; tokenising and bookkeeping between turns)
-    against ``rollout/generate_s`` (the engines' generate calls), each the slowest engine's."""
-    n = max(len(samples), 1)
-    out = {"tools/rate": sum(s.tool_calls > 0 for s in samples) / n,
-           "tools/calls": sum(s.tool_calls for s in samples) / n,
-           "tools/turns": sum(s.turns for s in samples) / n,
-           "tools/inserted_tokens": sum(len(s.action_mask or ()) - sum(s.action_mask or ()) for s in samples) / n}
-    if "search" in tools:
-        out.update({f"search/{key.split('/')[1]}": value for key, value in list(out.items())})
-    for key in ("generate_s", "tool_s", "other_s"):
-        out[f"rollout/{key}"] = max((st.get(key, 0.0) for st in stats), default=0.0)
-    summed: dict[str, float] = {}
-    for st in stats:
-        for key, value in st.items():
-            if key.startswith("tool/"):
-                summed[key] = summed.get(key, 0.0) + value
-    names = sorted({key.split("/")[1] for key in summed})
-    calls = sum(summed[f"tool/{t}/calls"] for t in names)
-    out["tools/errors"] = sum(summed[f"tool/{t}/errors"] for t in names) / calls if calls else 0.0
-    for t in names:
-        out[f"tools/{t}/rate"] = summed[f"tool/{t}/samples"] / n
-        out[f"tools/{t}/calls"] = summed[f"tool/{t}/calls"] / n
-        out[f"tools/{t}/errors"] = summed[f"tool/{t}/errors"] / max(summed[f"tool/{t}/calls"], 1.0)
-        out[f"tools/{t}/timeouts"] = summed[f"tool/{t}/timeouts"] / max(summed[f"tool/{t}/calls"], 1.0)
-    return out
 
 
 def _mean_of(results: list[dict[str, float]]) -> dict[str, float]:

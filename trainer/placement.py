@@ -1,5 +1,5 @@
 """Where the trainer's processes go, and what each of them asks of Ray: one :class:`Plan` for ``trainer.loop``
-(which builds it), ``trainer.engines`` (which starts the engines from it) and rlrun's pre-submit check (which
+(which builds it), ``trainer.rollout.engines`` (which starts the engines from it) and rlrun's pre-submit check (which
 places it on the live cluster). None of them computes placement or a resource ask on its own.
 
 The plan is a list of **placement groups** the job reserves (:meth:`Plan.placement_groups`, in the order the
@@ -81,7 +81,7 @@ class Ask:
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """One ranked model group (see :class:`trainer.actors.group.ActorGroup`)."""
+    """One ranked model group (see :class:`trainer.learn.group.ActorGroup`)."""
 
     name: str  # "policy", "reference" or "critic"
     num_nodes: int

@@ -258,7 +258,7 @@ def search_records(n: int = 128, warmup: int = 256, distractors: int = 0, answer
       an RL question's code.
     - ``distractors``: passages about entities nobody asks about.
     """
-    from trainer.rollout.tools import information_block
+    from trainer.rollout.multiturn import information_block
 
     copy_digits = answer_digits if copy_digits is None else copy_digits
     if (n < 1 or warmup < 0 or distractors < 0 or answer_digits < 1 or not 0 <= copy_digits <= answer_digits

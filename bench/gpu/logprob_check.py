@@ -3,7 +3,7 @@
 The 7B RLOO run of 2026-11-27 logged rollout/logprob_mismatch 0.24 mean (2.8 max) against 0.010 at 0.5B. This
 bench takes the sequences vLLM sampled (and the log-probs it reported for them, after the temperature, as the
 trainer asks it: ``logprobs_mode="processed_logprobs"``), then scores the same tokens with the trainer's own
-forward (``AutoModelForCausalLM`` in bf16 and in float32, :func:`trainer.losses.log_probs_from_logits`), and
+forward (``AutoModelForCausalLM`` in bf16 and in float32, :func:`trainer.learn.losses.log_probs_from_logits`), and
 prints per TP size:
 
 - vLLM vs the trainer's bf16 forward (what the job's mismatch metric measures);
@@ -53,7 +53,7 @@ def score(model: str, rows: list[dict], dtype: str, temperature: float, device: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer.losses import log_probs_from_logits
+    from trainer.learn.losses import log_probs_from_logits
 
     m = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     m.to(device).eval()

@@ -32,7 +32,7 @@ def main() -> int:
 
     import vllm
 
-    from trainer.rollout.tools import information_block, run_tool_rollout_streaming
+    from trainer.rollout.multiturn import information_block, run_tool_rollout_streaming
     from trainer.rollout.vllm_engine import VllmEngine
 
     t0 = time.perf_counter()
@@ -118,7 +118,7 @@ class _ForceClose:
         self.ready: list = []
 
     def submit(self, key, context, max_tokens, stop, temperature, top_p, seed) -> None:  # noqa: ANN001
-        from trainer.rollout.tools import Completion
+        from trainer.rollout.multiturn import Completion
 
         if key not in self.first:
             self.first[key] = True

@@ -2,7 +2,7 @@
 
     python3 bench/gpu/train_step.py --model M [--micro 8 --micro-batches 8 --prompt 25 --response 256]
 
-One process, one GPU (or CPU with gloo): the policy's own :class:`trainer.actors.model_worker.ModelWorker`
+One process, one GPU (or CPU with gloo): the policy's own :class:`trainer.learn.model_worker.ModelWorker`
 (ZeRO-3, bf16 on GPUs, gradient clipping) runs ``train_policy`` on ``--micro-batches`` micro-batches of
 ``--micro`` RL-shaped sequences (a prompt and a response of the given lengths, PPO loss on the response),
 one optimizer step, as the loop's train phase does for one train batch. Each variant is a fresh worker in
@@ -57,8 +57,8 @@ def parse_variant(text: str) -> tuple[int, int, int]:
 def run_variant(args) -> dict:
     import torch
 
-    from trainer.actors.model_worker import ModelWorker
-    from trainer.losses import PolicyObjective
+    from trainer.learn.losses import PolicyObjective
+    from trainer.learn.model_worker import ModelWorker
 
     cuda = torch.cuda.is_available()
     worker = ModelWorker(0, 1)

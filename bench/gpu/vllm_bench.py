@@ -12,7 +12,7 @@ tokens, temperature 1, ``--repeat`` timed calls after a warm-up:
   sleep mode on), its ``generate`` (and ``engine.llm.generate`` on the same instance, which isolates the
   wrapper); then the colocated path: sleep level 2 (device memory before / after, against the bytes of its
   weights and KV cache), ``wake_up(["weights"])``, an in-place push of a perturbed copy of the weights from
-  another process through CUDA IPC (:mod:`trainer.sync_shared`), its bytes checked against what vLLM
+  another process through CUDA IPC (:mod:`trainer.weights.shared`), its bytes checked against what vLLM
   computes with, the original pushed back and the greedy output checked equal to the first;
 - ``hf``: :class:`trainer.rollout.hf_engine.HfEngine` (HF ``generate``), the fallback.
 
@@ -100,7 +100,8 @@ def _sender(model: str, perturb: bool, bucket_mib: int, handles, acks) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from trainer import sync, sync_shared
+    from trainer.weights.buckets import iter_buckets
+    from trainer.weights.shared import Publisher, kind_for
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tensors = {}
@@ -110,8 +111,8 @@ def _sender(model: str, perturb: bool, bucket_mib: int, handles, acks) -> None:
         g = torch.Generator(device=device).manual_seed(7)
         tensors = {k: (v.float() + 1e-2 * torch.randn(v.shape, generator=g, device=device)).to(v.dtype)
                    for k, v in tensors.items()}
-    pub = sync_shared.Publisher(sync_shared.kind_for(torch.device(device)))
-    for bucket in sync.iter_buckets(tensors, bucket_mib << 20):
+    pub = Publisher(kind_for(torch.device(device)))
+    for bucket in iter_buckets(tensors, bucket_mib << 20):
         handles.put(vars(pub.publish(bucket)))
         acks.get()  # loaded: keep going (GPU engines load each bucket when it arrives)
     handles.put(None)

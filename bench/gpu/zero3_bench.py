@@ -1,8 +1,8 @@
 """ZeRO-3 policy ranks on GPUs (no Ray): train throughput, and weight sync from the ranks to an engine process.
 
 Processes, one GPU each through ``CUDA_VISIBLE_DEVICES``: ``W`` trainer ranks (the loop's own
-``trainer.actors.model_worker.ModelWorker``: bf16 ZeRO-3, torch AdamW, NCCL) and one receiver, standing for
-a rollout-engine worker, joined with trainer rank 0 in a dedicated group (``trainer.sync.make_sync_group``).
+``trainer.learn.model_worker.ModelWorker``: bf16 ZeRO-3, torch AdamW, NCCL) and one receiver, standing for
+a rollout-engine worker, joined with trainer rank 0 in a dedicated group (``trainer.weights.broadcast.make_sync_group``).
 
 Weight sync, each the median of ``--repeats`` after one warm-up, the clock on trainer rank 0 from a start
 signal to the receiver's acknowledgement (so the receiver has every byte):
@@ -10,7 +10,7 @@ signal to the receiver's acknowledgement (so the receiver has every byte):
 - ``raw``: one NCCL broadcast of a flat buffer of the model's bytes (no gather): the link's ceiling;
 - ``per-tensor``: a ZeRO-3 gather (``GatheredParameters``) and a broadcast per parameter;
 - ``bucketed``: ``gather_zero3_params`` + ``iter_buckets`` + ``broadcast_buckets`` (what a push costs
-  with trainer.sync), the receiver unpacking views as an engine would;
+  with trainer.weights), the receiver unpacking views as an engine would;
 - ``gather-pack``: the same gather and packing without sending (the sender's own cost);
 - ``bucketed-ag`` / ``ag-pack``: the same two with ``iter_zero3_buckets`` (one all-gather of the ranks'
   partitions per bucket instead of ``GatheredParameters``);
@@ -62,10 +62,10 @@ def _sync(group, src: int) -> None:
     """A one-element broadcast from ``src`` on the sync group: the start signal (0) or the ack (1)."""
     import torch
 
-    from trainer import sync
+    from trainer.weights.broadcast import broadcast_tensor
 
     flag = torch.zeros(1, dtype=torch.int64, device=group.device)
-    sync.broadcast_tensor(group, flag, src)
+    broadcast_tensor(group, flag, src)
     if group.device.type == "cuda":
         torch.cuda.synchronize(group.device)
 
@@ -82,9 +82,16 @@ def run_trainer(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from trainer import sync
-    from trainer.actors.model_worker import ModelWorker
-    from trainer.losses import PolicyObjective
+    from trainer.learn.losses import PolicyObjective
+    from trainer.learn.model_worker import ModelWorker
+    from trainer.weights.broadcast import (
+        broadcast_buckets,
+        broadcast_tensor,
+        close_sync_group,
+        make_sync_group,
+    )
+    from trainer.weights.buckets import iter_buckets, to_safetensors_bytes
+    from trainer.weights.gather import gather_zero3_params, iter_zero3_buckets
 
     rank, world = args.rank, len(args.gpus.split(","))
     backend = "nccl" if args.cuda else "gloo"
@@ -100,7 +107,7 @@ def run_trainer(args: argparse.Namespace) -> None:
 
     group = None
     if rank == 0:
-        group = sync.make_sync_group("127.0.0.1", args.sync_port, 0, 2, backend=backend, device=dev)
+        group = make_sync_group("127.0.0.1", args.sync_port, 0, 2, backend=backend, device=dev)
         group.store.set("manifest", json.dumps(_manifest(engine)))
     total = sum(p.ds_numel * p.element_size() if hasattr(p, "ds_numel") else p.numel() * p.element_size()
                 for p in engine.module.parameters())
@@ -108,7 +115,7 @@ def run_trainer(args: argparse.Namespace) -> None:
 
     def raw() -> None:
         if rank == 0:
-            sync.broadcast_tensor(group, flat, 0)
+            broadcast_tensor(group, flat, 0)
 
     def per_tensor() -> None:
         import deepspeed
@@ -116,36 +123,36 @@ def run_trainer(args: argparse.Namespace) -> None:
         for _, p in engine.module.named_parameters():
             with deepspeed.zero.GatheredParameters([p], enabled=hasattr(p, "ds_id")):
                 if rank == 0:
-                    sync.broadcast_tensor(group, p.data.contiguous(), 0)
+                    broadcast_tensor(group, p.data.contiguous(), 0)
 
     def bucketed() -> None:
-        params = sync.gather_zero3_params(engine, bucket_bytes)
+        params = gather_zero3_params(engine, bucket_bytes)
         if rank == 0:
-            sync.broadcast_buckets(group, sync.iter_buckets(params, bucket_bytes))
+            broadcast_buckets(group, iter_buckets(params, bucket_bytes))
         else:
             for _ in params:
                 pass
 
     def gather_pack() -> None:
-        params = sync.gather_zero3_params(engine, bucket_bytes)
-        for _ in sync.iter_buckets(params, bucket_bytes) if rank == 0 else params:
+        params = gather_zero3_params(engine, bucket_bytes)
+        for _ in iter_buckets(params, bucket_bytes) if rank == 0 else params:
             pass
 
     def loop_blob() -> None:
         state = worker.full_state()
         if rank == 0:
-            sync.to_safetensors_bytes(state)
+            to_safetensors_bytes(state)
 
     def bucketed_ag(size: int = bucket_bytes) -> None:
-        buckets = sync.iter_zero3_buckets(engine, size)
+        buckets = iter_zero3_buckets(engine, size)
         if rank == 0:
-            sync.broadcast_buckets(group, buckets)
+            broadcast_buckets(group, buckets)
         else:
             for _ in buckets:
                 pass
 
     def ag_pack() -> None:
-        for _ in sync.iter_zero3_buckets(engine, bucket_bytes):
+        for _ in iter_zero3_buckets(engine, bucket_bytes):
             pass
 
     flat = torch.zeros(total, dtype=torch.uint8, device=dev) if rank == 0 else None
@@ -174,7 +181,7 @@ def run_trainer(args: argparse.Namespace) -> None:
         results["sync"] = {k: {"seconds": statistics.median(v), "GBps": total / 1e9 / statistics.median(v)}
                            for k, v in sync_times.items()}
         results["sync_verified"] = verified
-        sync.close_sync_group(group)
+        close_sync_group(group)
 
     train: dict[str, dict] = {}
     gen = torch.Generator().manual_seed(rank)
@@ -272,7 +279,7 @@ def rl_packed(gen, vocab: int, scale: float = 1.0):
 
 def packed_step(worker, mb) -> None:
     """One optimizer step of the PPO loss on a packed micro-batch (4-D block-diagonal mask)."""
-    from trainer.losses import log_probs_from_logits, policy_loss
+    from trainer.learn.losses import log_probs_from_logits, policy_loss
 
     engine = worker.engine
     engine.train()
@@ -288,13 +295,18 @@ def packed_step(worker, mb) -> None:
 def run_receiver(args: argparse.Namespace) -> None:
     import torch
 
-    from trainer import sync
+    from trainer.weights.broadcast import (
+        broadcast_tensor,
+        close_sync_group,
+        iter_received_buckets,
+        make_sync_group,
+    )
 
     dev = torch.device("cuda", 0) if args.cuda else torch.device("cpu")
     if args.cuda:
         torch.cuda.set_device(dev)
     backend = "nccl" if args.cuda else "gloo"
-    group = sync.make_sync_group("127.0.0.1", args.sync_port, 1, 2, backend=backend, device=dev)
+    group = make_sync_group("127.0.0.1", args.sync_port, 1, 2, backend=backend, device=dev)
     manifest = json.loads(group.store.get("manifest").decode())
     recv = {n: torch.empty(s, dtype=getattr(torch, d), device=dev) for n, s, d in manifest}
     total = sum(t.numel() * t.element_size() for t in recv.values())
@@ -302,15 +314,15 @@ def run_receiver(args: argparse.Namespace) -> None:
     got: dict[str, torch.Tensor] = {}
 
     def raw() -> None:
-        sync.broadcast_tensor(group, flat, 0)
+        broadcast_tensor(group, flat, 0)
 
     def per_tensor() -> None:
         for n, _, _ in manifest:
-            sync.broadcast_tensor(group, recv[n], 0)
+            broadcast_tensor(group, recv[n], 0)
 
     def bucketed() -> None:
         got.clear()
-        for bucket in sync.iter_received_buckets(group):
+        for bucket in iter_received_buckets(group):
             got.update(bucket.tensors())
 
     pushes = {}
@@ -334,22 +346,22 @@ def run_receiver(args: argparse.Namespace) -> None:
         torch.equal(got[k].cpu().view(torch.uint8), want[k].view(torch.uint8)) for k in want)
         for got in pushes.values())
     group.store.set("verified", json.dumps(verified))
-    sync.close_sync_group(group)
+    close_sync_group(group)
 
 
 def run_same_gpu(args: argparse.Namespace) -> None:
     """Rank ``args.rank`` of a 2-process NCCL group whose processes share one GPU."""
     import torch
 
-    from trainer import sync
+    from trainer.weights.broadcast import broadcast_tensor, close_sync_group, make_sync_group
 
     torch.cuda.set_device(0)
-    group = sync.make_sync_group("127.0.0.1", args.sync_port, args.rank, 2, backend="nccl", timeout_s=60)
+    group = make_sync_group("127.0.0.1", args.sync_port, args.rank, 2, backend="nccl", timeout_s=60)
     x = torch.full((1 << 20,), float(args.rank), device="cuda")
-    sync.broadcast_tensor(group, x, 0)
+    broadcast_tensor(group, x, 0)
     torch.cuda.synchronize()
     print(f"same-gpu rank {args.rank}: broadcast ok, value {x[0].item()}", flush=True)
-    sync.close_sync_group(group)
+    close_sync_group(group)
 
 
 # --- the parent ----------------------------------------------------------------------------------------------

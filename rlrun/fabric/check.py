@@ -34,7 +34,7 @@ from rlrun.probe import PROBE_JOB_PREFIX
 # rlrun / trainer module they import is among them).
 SHIPPED = ("rlrun/__init__.py", "rlrun/fabric/__init__.py", "rlrun/fabric/job.py", "rlrun/fabric/rank.py",
            "rlrun/fabric/nccl_log.py", "trainer/__init__.py", "trainer/collective_deadline.py", "trainer/errors.py",
-           "trainer/actors/__init__.py", "trainer/actors/group.py")
+           "trainer/learn/__init__.py", "trainer/learn/group.py")
 JOB_PREFIX = f"{PROBE_JOB_PREFIX}fabric-"
 DEFAULT_DEADLINE_S = 20.0  # the check's collectives are tiny and its cluster idle: seconds are plenty
 

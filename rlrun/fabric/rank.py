@@ -146,7 +146,7 @@ class Rank:
         """(address, port) of a store this rank will host: a port of the cluster's rendezvous range
         ($RLRUN_RENDEZVOUS_PORTS, as the trainer's groups), listening from now on."""
         # the rank's side: torch, Ray and the trainer's helpers load on the node where it runs
-        from trainer.actors.group import rendezvous_listener
+        from trainer.learn.group import rendezvous_listener
 
         sock = rendezvous_listener(self.address)
         port = sock.getsockname()[1]

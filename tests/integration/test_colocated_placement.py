@@ -121,7 +121,7 @@ def _policy_and_ref(cfg, plan):
     """The policy's placement group and quarter-GPU policy + reference ranks, as Trainer builds them colocated."""
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from trainer.actors.group import GroupSpec, reserve
+    from trainer.learn.group import GroupSpec, reserve
 
     g = plan.group("policy")
     pg = reserve(GroupSpec("policy", g.num_nodes, g.gpus_per_node, True, g.gpus_per_actor, g.cpus_per_actor), 60)
@@ -145,8 +145,8 @@ def _cleanup(engines, ranks, pg):
 
 
 def test_colocated_engine_gets_a_gpu_share_beside_the_policy(fake_gpu_cluster, probes):
-    from trainer.engines import Engines
     from trainer.placement import plan
+    from trainer.rollout.engines import Engines
 
     cfg = cfg_of("rollout_backend=hf", "vllm_num_engines=0", "enable_prefix_caching=false", "enforce_eager=false",
                  "colocate_all_models=true",
@@ -174,9 +174,9 @@ def test_colocated_engine_gets_a_gpu_share_beside_the_policy(fake_gpu_cluster, p
 
 
 def test_colocated_tp2_workers_take_the_plans_share_of_the_policys_bundles(fake_gpu_cluster, probes):
-    from trainer.actors.group import bundle_nodes
-    from trainer.engines import Engines
+    from trainer.learn.group import bundle_nodes
     from trainer.placement import plan
+    from trainer.rollout.engines import Engines
 
     cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
                  "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
@@ -202,7 +202,7 @@ def test_a_worker_asking_a_whole_gpu_of_a_shared_bundle_ends_the_job_with_one_li
     free share."""
     import trainer.placement as placement
     from trainer.deadlines import StartupTimeout
-    from trainer.engines import Engines
+    from trainer.rollout.engines import Engines
 
     cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
                  "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
@@ -233,9 +233,9 @@ def test_a_worker_asking_a_whole_gpu_of_a_shared_bundle_ends_the_job_with_one_li
 def test_split_tp2_engine_takes_two_whole_gpus_of_its_own(fake_gpu_cluster, probes):
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from trainer.actors.group import GroupSpec, reserve
-    from trainer.engines import Engines
+    from trainer.learn.group import GroupSpec, reserve
     from trainer.placement import plan
+    from trainer.rollout.engines import Engines
 
     cfg = cfg_of("actor_num_gpus_per_node=1", "ref_num_gpus_per_node=1", "vllm_num_engines=1",
                  "vllm_tensor_parallel_size=2", "rollout_batch_size=4", "micro_rollout_batch_size=2")
@@ -255,8 +255,8 @@ def test_split_tp2_engine_takes_two_whole_gpus_of_its_own(fake_gpu_cluster, prob
 
 
 def test_a_group_the_cluster_cannot_hold_fails_within_its_deadline_naming_what_is_free(fake_gpu_cluster):
-    from trainer.actors.group import GroupSpec, reserve
     from trainer.deadlines import StartupTimeout
+    from trainer.learn.group import GroupSpec, reserve
 
     t0 = time.monotonic()
     with pytest.raises(StartupTimeout) as err:
@@ -274,9 +274,9 @@ def test_engines_sharing_a_node_search_their_ports_from_their_own_stretch(fake_g
     the first free port and binds it later: all but one failed with EADDRINUSE on the GPU machine (issue 36).
     Each engine's process now sees a VLLM_PORT of its own from the bottom half of the rendezvous range; one
     node: no engine goes without vLLM's custom all-reduce."""
-    from trainer.actors.group import RENDEZVOUS_PORTS_ENV, bundle_nodes
-    from trainer.engines import Engines
+    from trainer.learn.group import RENDEZVOUS_PORTS_ENV, bundle_nodes
     from trainer.placement import plan
+    from trainer.rollout.engines import Engines
 
     monkeypatch.setenv(RENDEZVOUS_PORTS_ENV, "9730-9749")  # what the node env file gives the job's driver
     cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=4",

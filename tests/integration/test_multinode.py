@@ -167,12 +167,12 @@ def test_preflight_passes_on_the_running_cluster(cluster_a):
 FABRIC_JOB = """
 import sys, time, ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from trainer.actors.group import DistributedWorker
+from trainer.learn.group import DistributedWorker
 ray.init()
 nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
 class Member(DistributedWorker):
     def join_sync(self, addr, port):
-        from trainer.sync import make_sync_group
+        from trainer.weights.broadcast import make_sync_group
         make_sync_group(addr, port, self.rank, 2, "gloo", master_listen_fd=self.take_listen_fd(port))
 W = ray.remote(num_cpus=0)(Member)
 runs = []
@@ -256,7 +256,7 @@ def test_a_blocked_link_is_named_within_the_deadline_by_the_check_and_the_traine
     """worker2 drops new TCP connections to and from the head on the kernel's ephemeral ports (where gloo
     listens; Ray's pinned ports and the rendezvous range stay open, so Ray itself carries on): the check
     names that link, both nodes and the interface, within 60 s, and still measures the two healthy pairs; the
-    trainer's group formation (trainer/actors/group.py) and the weight-sync group (trainer/sync.py) name it
+    trainer's group formation (trainer/learn/group.py) and the weight-sync group (trainer/weights/broadcast.py) name it
     too, after their deadline. Nothing of either is left running."""
     dirs = {str(p) for p in Path("/tmp").glob("rlrun-fabric-*")}
     low, high = lab.exec("worker2", ["cat", "/proc/sys/net/ipv4/ip_local_port_range"]).stdout.split()

@@ -114,7 +114,7 @@ def env(tmp_path_factory):
 
 def test_hf_engine_searches_and_masks_the_inserted_passages(env, monkeypatch):
     from trainer.rollout.hf_engine import HfEngine
-    from trainer.rollout.tools import information_block
+    from trainer.rollout.multiturn import information_block
 
     monkeypatch.setenv("RLRUN_RETRIEVER_TOKEN_FILE", str(env["dir"] / "token"))
     engine = HfEngine(str(env["dir"] / "model"))

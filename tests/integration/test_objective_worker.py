@@ -54,9 +54,9 @@ def _free_port() -> int:
 
 def _child(rank: int, model: str, port: int, out: str) -> None:
     from trainer import train_ppo_ray
-    from trainer.actors.model_worker import ModelWorker
     from trainer.config.cli import parse_args
-    from trainer.losses import PolicyObjective
+    from trainer.learn.losses import PolicyObjective
+    from trainer.learn.model_worker import ModelWorker
 
     worker = ModelWorker(0, 1)
     worker.init_process_group("127.0.0.1", port, "gloo")

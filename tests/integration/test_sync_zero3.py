@@ -1,4 +1,4 @@
-"""trainer.sync against real ZeRO-3 partitions on 2 gloo ranks (DeepSpeed, one spawn of two processes for
+"""trainer.weights.gather against real ZeRO-3 partitions on 2 gloo ranks (DeepSpeed, one spawn of two processes for
 the module): gather_zero3_params gives full tensors on every rank, and iter_zero3_buckets (one all-gather
 per bucket) equals the GatheredParameters path; parameter sizes that do not split evenly test the padding.
 The bucket path runs with parameters partitioned like the big ones (persistence threshold 0) and with
@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from trainer import sync
+from trainer.weights.buckets import TensorMeta, iter_buckets, unpack_bucket
+from trainer.weights.gather import gather_zero3_params, iter_zero3_buckets
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +62,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     engine, *_ = deepspeed.initialize(model=model, config=cfg)
     partition_sizes = [p.numel() for p in engine.module.parameters()]
     # Small buckets: several gathers; clone since a yielded tensor is only valid until the next bucket.
-    gathered = {n: t.clone() for n, t in sync.gather_zero3_params(engine, bucket_bytes=600)}
+    gathered = {n: t.clone() for n, t in gather_zero3_params(engine, bucket_bytes=600)}
     torch.save({"gathered": gathered, "partition_sizes": partition_sizes}, os.path.join(out_dir, f"zero3-{rank}.pt"))
 
     for threshold in THRESHOLDS:
@@ -82,9 +83,9 @@ def _buckets(engine) -> dict:
     out = {}
     for bucket_bytes in (300, 1 << 20):  # several buckets (weights over 300 bytes alone) / one bucket
         fast = [(b.dtype, [(m.name, m.shape, m.offset) for m in b.manifest], b.buffer.clone())
-                for b in sync.iter_zero3_buckets(engine, bucket_bytes)]
+                for b in iter_zero3_buckets(engine, bucket_bytes)]
         slow = [(b.dtype, [(m.name, m.shape, m.offset) for m in b.manifest], b.buffer.clone())
-                for b in sync.iter_buckets(sync.gather_zero3_params(engine, bucket_bytes), bucket_bytes)]
+                for b in iter_buckets(gather_zero3_params(engine, bucket_bytes), bucket_bytes)]
         out[bucket_bytes] = {"fast": fast, "slow": slow}
     return out
 
@@ -129,8 +130,8 @@ def test_allgather_buckets_equal_the_gathered_parameters_path(ranks: Path, thres
                 assert torch.equal(fb, sb), (rank, bucket_bytes, fm)
             seen = {}
             for dtype, manifest, buffer in runs["fast"]:
-                metas = [sync.TensorMeta(n, dtype, tuple(s), o) for n, s, o in manifest]
-                seen.update(sync.unpack_bucket(buffer, metas))
+                metas = [TensorMeta(n, dtype, tuple(s), o) for n, s, o in manifest]
+                seen.update(unpack_bucket(buffer, metas))
             assert sorted(seen) == sorted(want)
             for name, tensor in want.items():
                 assert torch.equal(seen[name], tensor), (rank, bucket_bytes, name)

@@ -114,13 +114,13 @@ def _one_rank(ray, tmp, torn):
 def _colocated(ray, tmp):
     """The vLLM engine colocated with the policy: the run's rows, its output and the /dev/shm bucket files
     it left behind."""
-    from trainer import sync_shared
+    from trainer.weights.shared import SHM_DIR, SHM_PREFIX
 
-    before = set(sync_shared.SHM_DIR.glob(sync_shared.SHM_PREFIX + "*"))
+    before = set(SHM_DIR.glob(SHM_PREFIX + "*"))
     rows, out = _run(ray, tmp / "vllm", tmp / "vllm" / "colocated", 1, "--rollout_backend", "vllm",
                      "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1", "--colocate_all_models",
                      "--actor_num_gpus_per_node", "1", "--micro_train_batch_size", "4", "--sync_bucket_bytes", "300000")
-    return rows, out, set(sync_shared.SHM_DIR.glob(sync_shared.SHM_PREFIX + "*")) - before
+    return rows, out, set(SHM_DIR.glob(SHM_PREFIX + "*")) - before
 
 
 @pytest.fixture(scope="module")

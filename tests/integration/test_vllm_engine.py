@@ -27,7 +27,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from trainer import sync
+from trainer.weights.broadcast import broadcast_buckets, make_sync_group
+from trainer.weights.buckets import iter_buckets, to_safetensors_bytes
 
 pytestmark = [
     pytest.mark.integration,
@@ -173,7 +174,7 @@ def test_update_weights_switches_model_and_resets_prefix_cache(engine, hf_refs, 
         state = engine.model.state_dict()
         assert all(bits_equal(state[k], t) for k, t in load_tensors(models[1]).items())
     # And back, this time as one safetensors blob (the form that crosses Ray / vLLM's RPC).
-    engine.update_weights(sync.to_safetensors_bytes(load_tensors(models[0])))
+    engine.update_weights(to_safetensors_bytes(load_tensors(models[0])))
     assert greedy_ids(engine, prompts) == want0
 
 
@@ -207,7 +208,7 @@ def test_without_prefix_cache_reset_stale_kv_is_reused(vllm_engine, hf_refs, mod
     want1 = greedy_ids(hf_refs[1], prompts)
     try:
         assert greedy_ids(vllm_engine, prompts) == greedy_ids(hf_refs[0], prompts)
-        vllm_engine.llm.collective_rpc("rlrun_load_safetensors", args=(sync.to_safetensors_bytes(load_tensors(models[1])),))
+        vllm_engine.llm.collective_rpc("rlrun_load_safetensors", args=(to_safetensors_bytes(load_tensors(models[1])),))
         stale = greedy_ids(vllm_engine, prompts)
         vllm_engine.reset_prefix_cache()
         assert greedy_ids(vllm_engine, prompts) == want1
@@ -226,9 +227,9 @@ def _sender(port: int, model_dir: str, bucket_bytes: int) -> None:
     """Trainer side: group rank 0 streams model 1 in small buckets (layers split across buckets)."""
     from safetensors.torch import load_file
 
-    group = sync.make_sync_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=120)
+    group = make_sync_group("127.0.0.1", port, 0, 2, backend="gloo", timeout_s=120)
     tensors = load_file(os.path.join(model_dir, "model.safetensors"))
-    sync.broadcast_buckets(group, sync.iter_buckets(tensors, bucket_bytes))
+    broadcast_buckets(group, iter_buckets(tensors, bucket_bytes))
 
 
 def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
@@ -252,7 +253,7 @@ def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) ->
 @pytest.mark.parametrize("abort", [True, False])
 def test_a_weight_sync_group_forms_again_after_its_other_member_is_gone(vllm_engine, hf_refs, models, abort) -> None:  # noqa: ANN001
     """Issue 31: when engines are replaced the broadcast group forms again, and a surviving engine leaves its old
-    group first (aborting it, as trainer.weight_sync does, or shutting it down), whose other members may be dead:
+    group first (aborting it, as trainer.weights.transports does, or shutting it down), whose other members may be dead:
     leaving must not hang on them, and the new group on another port must carry the next push."""
     ctx = mp.get_context("spawn")
     ports: list[int] = []
@@ -286,12 +287,13 @@ def _free_port_and(ports: list[int]) -> int:
 def test_shared_buckets_load_in_place(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
     """The colocated path's CPU form: buckets published in /dev/shm, loaded by the workers in one reload at
     the end (the CPU build's rule), and the engine then computes with exactly the pushed weights."""
-    from trainer import sync_shared
+    from trainer.weights.buckets import iter_buckets
+    from trainer.weights.shared import SHM_DIR, SHM_PREFIX, Publisher
 
     tensors = load_tensors(models[1])
-    pub = sync_shared.Publisher("shm")
+    pub = Publisher("shm")
     try:
-        buckets = list(sync.iter_buckets(tensors, 200_000))  # several buckets: layers split across them
+        buckets = list(iter_buckets(tensors, 200_000))  # several buckets: layers split across them
         assert len(buckets) > 1
         for bucket in buckets:
             assert vllm_engine.load_shared_bucket(vars(pub.publish(bucket))) is True  # deferred on CPU
@@ -301,7 +303,7 @@ def test_shared_buckets_load_in_place(vllm_engine, hf_refs, models) -> None:  # 
     finally:
         pub.release()
         vllm_engine.update_weights(load_tensors(models[0]))
-    assert not list(sync_shared.SHM_DIR.glob(f"{sync_shared.SHM_PREFIX}{os.getpid()}-*"))
+    assert not list(SHM_DIR.glob(f"{SHM_PREFIX}{os.getpid()}-*"))
     with pytest.raises(ValueError, match="never called"):  # a finish without buckets is refused
         vllm_engine.finish_weight_update()
 

@@ -47,7 +47,7 @@ def _batch(tiny_path: str):
 def _hf_logprobs(tiny_path_or_state, batch, state=None):
     from transformers import AutoModelForCausalLM
 
-    from trainer.losses import log_probs_from_logits
+    from trainer.learn.losses import log_probs_from_logits
 
     model = AutoModelForCausalLM.from_pretrained(tiny_path_or_state, dtype=torch.float32)
     if state is not None:
@@ -62,8 +62,8 @@ def _hf_logprobs(tiny_path_or_state, batch, state=None):
 
 @pytest.fixture(scope="module")
 def group(ray_local, tiny):
-    from trainer.actors.group import ActorGroup, GroupSpec
-    from trainer.actors.model_worker import ModelWorker
+    from trainer.learn.group import ActorGroup, GroupSpec
+    from trainer.learn.model_worker import ModelWorker
 
     g = ActorGroup(ModelWorker, GroupSpec("policy", num_nodes=1, gpus_per_node=2, use_gpus=False,
                                           cpus_per_actor=0.5))

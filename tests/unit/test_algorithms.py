@@ -1,4 +1,4 @@
-"""Unit tests of trainer.algorithms: expected values are worked out by hand and written out numerically."""
+"""Unit tests of trainer.learn.algorithms: expected values are worked out by hand and written out numerically."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import algorithms as alg
 from trainer.config import AdvantageEstimator, KlEstimator
+from trainer.learn import algorithms as alg
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -277,7 +277,7 @@ def test_log_probs_from_logits_is_differentiable():
 # --- import hygiene -----------------------------------------------------------------------------------
 def test_algorithms_do_not_import_ray_or_deepspeed():
     code = (
-        "import sys, trainer.algorithms\n"
+        "import sys, trainer.learn.algorithms\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'deepspeed', 'vllm')))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -1,4 +1,4 @@
-"""Engine-fault bookkeeping (trainer.engines): the restart counts and the one line past --max_engine_restarts,
+"""Engine-fault bookkeeping (trainer.rollout.engines): the restart counts and the one line past --max_engine_restarts,
 which failures replace an engine, errors as one line, and the entry point's one-line ending
 (trainer.deadlines.fault_line). The replacements themselves run in tests/integration/test_resilience.py."""
 
@@ -8,9 +8,9 @@ import pytest
 import ray.exceptions
 
 from trainer.deadlines import Fault, StartupTimeout, fault_line
-from trainer.engines import EngineFailure, Restarts, replaceable
 from trainer.errors import one_line
 from trainer.reward.client import RewardServiceError
+from trainer.rollout.engines import EngineFailure, Restarts, replaceable
 
 
 def test_restarts_count_per_engine_and_in_all_then_stop_with_one_line():

@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from trainer import algorithms as alg
-from trainer.losses import PolicyObjective, policy_loss, policy_objective
+from trainer.learn import algorithms as alg
+from trainer.learn.losses import PolicyObjective, policy_loss, policy_objective
 
 
 def close(actual: torch.Tensor, expected, atol: float = 1e-5) -> None:

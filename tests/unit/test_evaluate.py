@@ -1,4 +1,4 @@
-"""Evaluation arithmetic (trainer.evaluate): the pass@k estimator against counting subsets, the eval/* metrics
+"""Evaluation arithmetic (trainer.rollout.evaluate): the pass@k estimator against counting subsets, the eval/* metrics
 of hand-made rewards, and --save_best's link swapped to the best complete checkpoint."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.evaluate import SOLVED, BestCheckpoint, eval_metrics, pass_at_k
+from trainer.rollout.evaluate import SOLVED, BestCheckpoint, eval_metrics, pass_at_k
 
 
 @pytest.mark.parametrize("n", range(1, 8))
@@ -50,7 +50,7 @@ def test_eval_metrics_of_hand_made_rewards():
 
 
 def _save(root: Path):
-    """What Trainer.save_checkpoint(root=...) leaves: a checkpoint directory with its own `latest`."""
+    """What Checkpoints.save(root=...) (trainer.run_state) leaves: a checkpoint directory with its own `latest`."""
     def save(directory: Path) -> None:
         directory.mkdir(parents=True)
         (directory / "latest").write_text("global_step\n")

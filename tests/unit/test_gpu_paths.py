@@ -34,7 +34,7 @@ class StubEngine:
 
 def _worker():
     pytest.importorskip("ray")
-    from trainer.actors.model_worker import ModelWorker
+    from trainer.learn.model_worker import ModelWorker
 
     worker = ModelWorker(0, 1)
     worker.engine = StubEngine()
@@ -76,7 +76,7 @@ class StubCriticEngine(StubEngine):
 
 def test_critic_moves_micro_batches_to_the_engine_device():
     pytest.importorskip("ray")
-    from trainer.actors.critic_worker import CriticWorker
+    from trainer.learn.critic_worker import CriticWorker
 
     critic = CriticWorker(0, 1)
     critic.engine = StubCriticEngine()
@@ -117,7 +117,7 @@ def test_hf_engine_logprobs_are_the_models_logprobs_after_the_temperature(tiny_e
 def test_flash_attn_is_refused_clearly_without_cuda_and_sdpa_is_the_default():
     import pytest
 
-    from trainer.actors.model_worker import attn_implementation
+    from trainer.learn.model_worker import attn_implementation
 
     assert attn_implementation(False) == "sdpa"
     with pytest.raises(RuntimeError, match="--flash_attn needs CUDA GPUs"):
@@ -128,7 +128,7 @@ def test_zero3_fetches_small_modules_whole_on_cuda_only():
     """The module-granularity setting (one fetch per decoder layer of a small model) is on for ZeRO-3 on CUDA,
     off on CPU (DeepSpeed's leaf-module path calls record_stream on gradients, which CPU tensors lack) and
     for other stages, and an explicit value wins."""
-    from trainer.actors.model_worker import GRANULARITY_THRESHOLD, PERSISTENCE_THRESHOLD, ds_config
+    from trainer.learn.model_worker import GRANULARITY_THRESHOLD, PERSISTENCE_THRESHOLD, ds_config
 
     key = "stage3_module_granularity_threshold"
     on_gpu = ds_config(3, True, 8, 8, cuda=True)["zero_optimization"]
@@ -148,7 +148,7 @@ def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_mo
 
     from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
 
-    from trainer.actors.model_worker import (
+    from trainer.learn.model_worker import (
         GRANULARITY_THRESHOLD,
         ds_config,
         fetch_whole_if_small,
@@ -221,7 +221,7 @@ def test_partial_adam_offload_reaches_deepspeeds_config_and_is_valid_there():
     Adam states on the GPUs), DeepSpeed's own config model accepts it, and a full offload leaves it out."""
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
-    from trainer.actors.model_worker import ds_config
+    from trainer.learn.model_worker import ds_config
 
     half = ds_config(3, True, 2, 8, adam_offload=True, cuda=True, offload_ratio=0.5)["zero_optimization"]
     assert half["offload_optimizer"]["ratio"] == 0.5 and half["offload_optimizer"]["device"] == "cpu"
@@ -238,7 +238,7 @@ def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):
 
     import torch
 
-    from trainer.actors.model_worker import cpu_adam_threads
+    from trainer.learn.model_worker import cpu_adam_threads
 
     before = torch.get_num_threads()
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -60,7 +60,7 @@ MECHANISMS = {
 }
 # places that use a mechanism for something else, and what
 MECHANISM_ELSEWHERE = {
-    "trainer/evaluate.py": "replaces the best checkpoint's symlink, not a file's content",
+    "trainer/rollout/evaluate.py": "replaces the best checkpoint's symlink, not a file's content",
     "roles/preflight/library/preflight_node.py": "a module on the node's own Python (no trainer there) reading "
                                                  "sockets' owners",
 }

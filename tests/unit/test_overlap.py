@@ -1,6 +1,6 @@
-"""Off-policy correction, the mismatch metric, dynamic sampling and the async producer (trainer.losses,
-trainer.rollouts), without Ray: hand-computed tensors, OpenRLHF 0.11's formula written out independently,
-and a fake trainer whose engines record when they generate."""
+"""Off-policy correction, the mismatch metric, dynamic sampling and the async producer (trainer.learn.losses,
+trainer.rollout.producer), without Ray: hand-computed tensors, OpenRLHF 0.11's formula written out independently,
+and the parts a producer is handed, faked: engines that record when they generate, a score, a weight push."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.losses import PolicyObjective, is_correction_weights, policy_objective, rollout_mismatch
+from trainer.learn.losses import PolicyObjective, is_correction_weights, policy_objective, rollout_mismatch
 from trainer.reward.client import RewardBatch
-from trainer.rollouts import AsyncRollouts, SyncRollouts, collect, informative
+from trainer.rollout.producer import AsyncRollouts, SyncRollouts, informative
 
 LN = math.log
 
@@ -128,26 +128,40 @@ def test_informative_groups_have_varied_rewards_inside_the_range():
         informative([1, 0], 3, 0, 1)
 
 
-class FakeTrainer:
-    """What trainer.rollouts.collect reads of a Trainer: prompts whose label says how their samples score
-    ("const": every sample 1.0; otherwise sample k scores k % 2), engines that record each generate."""
+class FakeJob:
+    """What a rollout producer is handed (trainer.rollout.producer): the config, a sampler of prompts whose label
+    says how their samples score ("const": every sample 1.0; otherwise sample k scores k % 2), engines that record
+    each generate (this object stands for them: ``generate``, ``wait_ready``, ``restarts``), a score and a push."""
 
     def __init__(self, labels, batch=4, n=2, dynamic=True, rounds=4, gen_s=0.0):
         from trainer.data import Prompt, PromptSampler
 
         self.cfg = SimpleNamespace(n_samples_per_prompt=n, rollout_batch_size=batch, seed=10, dynamic_filtering=dynamic,
-                                   dynamic_filtering_max_rounds=rounds, dynamic_filtering_reward_range=(0.0, 1.0))
+                                   dynamic_filtering_max_rounds=rounds, dynamic_filtering_reward_range=(0.0, 1.0),
+                                   multi_turn=False, skip_rollout_logprobs=False)
         self.prompts = [Prompt(f"p{i}", label, i) for i, label in enumerate(labels)]
         self.sampler = PromptSampler(self.prompts, batch, seed=0)
         self.generated = []  # (seed, texts, time)
         self.gen_s = gen_s
-        self.engines = SimpleNamespace(restarts=SimpleNamespace(total=0))  # engines/restarts
+        self.restarts = SimpleNamespace(total=0)  # engines/restarts
+        self.pushes = []  # (thread name, time)
 
-    def generate_batch(self, texts, seed):
+    def rollouts(self, cls=SyncRollouts, push=None, **kw):
+        """A producer of ``cls`` made of these parts (``push``: the weight push, default :meth:`push`)."""
+        return cls(self.cfg, self.sampler, self, self.score, push or self.push, **kw)
+
+    def wait_ready(self):
+        pass
+
+    def generate(self, texts, *, seed, logprobs=False, restore=None):
         time.sleep(self.gen_s)
         self.generated.append((seed, list(texts), time.monotonic()))
         n = self.cfg.n_samples_per_prompt
-        return [SimpleNamespace(prompt=t, response=f"{t}/{k}") for t in texts for k in range(n)], []
+        return [SimpleNamespace(prompt=t, response=f"{t}/{k}") for t in texts for k in range(n)]
+
+    def push(self):
+        self.pushes.append((threading.current_thread().name, time.monotonic()))
+        return 0
 
     def score(self, prompts, samples):
         n = self.cfg.n_samples_per_prompt
@@ -160,8 +174,8 @@ class FakeTrainer:
 def test_dynamic_sampling_keeps_only_informative_groups_and_draws_more_prompts():
     """Half the groups score all alike: the batch still holds 4 prompts, every one informative, and the
     filtered share is what was dropped."""
-    trainer = FakeTrainer(["const", "x"] * 8)
-    r = collect(trainer, step=1)
+    trainer = FakeJob(["const", "x"] * 8)
+    r = trainer.rollouts().collect(step=1)
     assert len(r.prompts) == 4 and all(p.label == "x" for p in r.prompts)
     assert len(r.samples) == 8 and r.rewards.rewards == [0.0, 1.0] * 4
     assert informative(r.rewards.rewards, 2, 0.0, 1.0) == [True] * 4
@@ -171,17 +185,17 @@ def test_dynamic_sampling_keeps_only_informative_groups_and_draws_more_prompts()
 
 
 def test_dynamic_sampling_stops_at_its_bound_and_says_the_batch_is_short():
-    trainer = FakeTrainer(["const"] * 7 + ["x"], rounds=2)
-    r = collect(trainer, step=3)
+    trainer = FakeJob(["const"] * 7 + ["x"], rounds=2)
+    r = trainer.rollouts().collect(step=3)
     assert len(r.prompts) == 1 and r.metrics["dynamic_filtering/short"] == 1.0
     assert len(trainer.generated) == 2
     with pytest.raises(RuntimeError, match="dynamic filtering kept no prompt of 8 in 2 rollouts"):
-        collect(FakeTrainer(["const"] * 8, rounds=2), step=1)
+        FakeJob(["const"] * 8, rounds=2).rollouts().collect(step=1)
 
 
 def test_without_dynamic_sampling_every_prompt_is_kept():
-    trainer = FakeTrainer(["const", "x"] * 4, dynamic=False)
-    r = SyncRollouts(trainer).next(1)
+    trainer = FakeJob(["const", "x"] * 4, dynamic=False)
+    r = trainer.rollouts(SyncRollouts).next(1)
     assert len(r.prompts) == 4 and "dynamic_filtering/filtered_share" not in r.metrics
     assert r.sampler_state == trainer.sampler.state_dict()
 
@@ -189,8 +203,9 @@ def test_without_dynamic_sampling_every_prompt_is_kept():
 # --- the async producer ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_the_producer_never_runs_more_than_max_staleness_versions_ahead(staleness):
-    trainer = FakeTrainer(["x"] * 40, dynamic=False, gen_s=0.02)
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=6, max_staleness=staleness).start()
+    trainer = FakeJob(["x"] * 40, dynamic=False, gen_s=0.02)
+    rollouts = trainer.rollouts(AsyncRollouts, push=lambda: 0, max_staleness=staleness).start(first_step=1,
+                                                                                                last_step=6)
     seen = []
     try:
         for step in range(1, 7):
@@ -204,7 +219,7 @@ def test_the_producer_never_runs_more_than_max_staleness_versions_ahead(stalenes
             time.sleep(0.1)
             # ... and not one more: batch step + staleness + 1 needs the weights this step is about to push
             assert len(trainer.generated) == ahead, (step, len(trainer.generated))
-            rollouts.push(lambda: 0)
+            rollouts.push()
     finally:
         rollouts.close()
     assert seen == [float(min(j - 1, staleness)) for j in range(1, 7)]
@@ -212,22 +227,23 @@ def test_the_producer_never_runs_more_than_max_staleness_versions_ahead(stalenes
 
 
 def test_a_push_waits_for_the_batch_being_generated_and_the_producer_for_the_push():
-    trainer = FakeTrainer(["x"] * 40, dynamic=False, gen_s=0.5)
+    trainer = FakeJob(["x"] * 40, dynamic=False, gen_s=0.5)
     started = threading.Event()
-    generate = trainer.generate_batch
+    generate = trainer.generate
 
-    def marked(texts, seed):
+    def marked(texts, seed, **kw):
         if seed == 12:  # batch 2
             started.set()
-        return generate(texts, seed)
+        return generate(texts, seed=seed, **kw)
 
-    trainer.generate_batch = marked
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=3, max_staleness=1).start()
+    trainer.generate = marked
     pushed = []
+    rollouts = trainer.rollouts(AsyncRollouts, push=lambda: pushed.append(time.monotonic()) or 0,
+                                max_staleness=1).start(first_step=1, last_step=3)
     try:
         rollouts.next(1)  # batch 1 made; the producer starts batch 2 at once (version 0 is recent enough)
         assert started.wait(20)
-        rollouts.push(lambda: pushed.append(time.monotonic()) or 0)  # while batch 2 is being generated
+        rollouts.push()  # while batch 2 is being generated
         r2 = rollouts.next(2)
         r3 = rollouts.next(3)
     finally:
@@ -240,13 +256,13 @@ def test_a_push_waits_for_the_batch_being_generated_and_the_producer_for_the_pus
 
 
 def test_a_failed_generation_ends_the_step_with_its_error():
-    trainer = FakeTrainer(["x"] * 8, dynamic=False)
+    trainer = FakeJob(["x"] * 8, dynamic=False)
 
-    def broken(texts, seed):
+    def broken(texts, seed, **kw):
         raise ConnectionError("engine 0 is gone")
 
-    trainer.generate_batch = broken
-    rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1).start()
+    trainer.generate = broken
+    rollouts = trainer.rollouts(AsyncRollouts, max_staleness=1).start(first_step=1, last_step=2)
     try:
         with pytest.raises(RuntimeError, match="the rollout producer failed: ConnectionError: engine 0 is gone"):
             rollouts.next(1)
@@ -256,35 +272,28 @@ def test_a_failed_generation_ends_the_step_with_its_error():
 
 
 # --- a replaced engine mid-batch (issue 31) ---------------------------------------------------------------------
-class ReplacingTrainer(FakeTrainer):
-    """Batch ``replace_at`` (its seed) loses an engine on its first try: as trainer.engines does, the batch asks
-    ``rollouts.restore(push)`` for the replacement's weights before it goes on; pushes are recorded with the
-    thread that made them."""
+class ReplacingJob(FakeJob):
+    """Batch ``replace_at`` (its seed) loses an engine on its first try: as trainer.rollout.engines does, the engines
+    call the ``restore`` the producer handed them for the replacement's weights before the batch goes on; pushes are
+    recorded with the thread that made them."""
 
     def __init__(self, replace_at, **kw):
         super().__init__(["x"] * 40, dynamic=False, **kw)
         self.replace_at, self.replaced = replace_at, False
-        self.rollouts = None
-        self.pushes = []  # (thread name, time)
 
-    def push(self):
-        self.pushes.append((threading.current_thread().name, time.monotonic()))
-        return 0
-
-    def generate_batch(self, texts, seed):
-        out = super().generate_batch(texts, seed)
+    def generate(self, texts, *, seed, logprobs=False, restore=None):
+        out = super().generate(texts, seed=seed, logprobs=logprobs)
         if seed == self.replace_at and not self.replaced:
             self.replaced = True
-            self.rollouts.restore(self.push)
+            restore()
         return out
 
 
 def test_a_replacement_while_the_trainer_waits_gets_the_weights_from_the_producer():
     """The trainer waits for batch 1 (its policy idle, holding version 0): the producer pushes to the replacement
     itself, and the batch goes on with the version it started with."""
-    trainer = ReplacingTrainer(replace_at=11)
-    rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
-    rollouts.start()
+    trainer = ReplacingJob(replace_at=11)
+    rollouts = trainer.rollouts(AsyncRollouts, max_staleness=1).start(first_step=1, last_step=2)
     try:
         r1 = rollouts.next(1)
     finally:
@@ -297,9 +306,8 @@ def test_a_replacement_while_the_policy_trains_waits_for_the_push_and_makes_the_
     """Batch 2 is made while the policy trains step 1: the producer must not push (the policy is changing), so it
     waits for the trainer's push, which reaches the replacement too; then batch 2 is drawn again (the same
     prompts) and generated whole with version 1, not half with version 0."""
-    trainer = ReplacingTrainer(replace_at=12, gen_s=0.05)
-    rollouts = trainer.rollouts = AsyncRollouts(trainer, first_step=1, last_step=2, max_staleness=1)
-    rollouts.start()
+    trainer = ReplacingJob(replace_at=12, gen_s=0.05)
+    rollouts = trainer.rollouts(AsyncRollouts, max_staleness=1).start(first_step=1, last_step=2)
     try:
         rollouts.next(1)
         end = time.monotonic() + 20  # "training" step 1 until batch 2 has lost its engine
@@ -307,7 +315,7 @@ def test_a_replacement_while_the_policy_trains_waits_for_the_push_and_makes_the_
             time.sleep(0.01)
         time.sleep(0.2)
         assert trainer.pushes == []  # the producer waits: it does not push into a policy that trains
-        rollouts.push(trainer.push)
+        rollouts.push()  # trainer.push, as the producer was handed it
         r2 = rollouts.next(2)
     finally:
         rollouts.close()

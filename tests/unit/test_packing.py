@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trainer.experience import build_experience
-from trainer.packing import block_causal_mask, first_fit, pack, unpack
+from trainer.learn.packing import block_causal_mask, first_fit, pack, unpack
 
 PAD = 0
 
@@ -104,7 +104,7 @@ def _policy(tiny, attn: str, packing: bool):
     pytest.importorskip("ray")
     from transformers import AutoModelForCausalLM
 
-    from trainer.actors.model_worker import ModelWorker
+    from trainer.learn.model_worker import ModelWorker
 
     worker = ModelWorker(0, 1)
     torch.manual_seed(0)
@@ -115,7 +115,7 @@ def _policy(tiny, attn: str, packing: bool):
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_packed_logprobs_and_gradients_equal_the_padded_ones(tiny, attn):
-    from trainer.losses import policy_loss
+    from trainer.learn.losses import policy_loss
 
     padded, packed = _policy(tiny, attn, False), _policy(tiny, attn, True)
     exp = _ragged(padded.engine.config.vocab_size)
@@ -160,7 +160,7 @@ def test_packed_critic_values_equal_the_padded_ones(tiny):
     pytest.importorskip("ray")
     from transformers import AutoModel
 
-    from trainer.actors.critic_worker import CriticWorker, ValueModel
+    from trainer.learn.critic_worker import CriticWorker, ValueModel
 
     torch.manual_seed(0)
     model = ValueModel(AutoModel.from_pretrained(tiny, dtype=torch.float32, attn_implementation="sdpa"), 64)

@@ -302,9 +302,9 @@ def test_the_loop_builds_its_groups_from_the_plan(odd_plan, monkeypatch):
 
 
 def test_models_empty_their_caches_only_when_an_engine_would_not_fit():
-    """The loop's rule before sleeping engines wake (trainer.loop.needs_room): emptying the allocators' caches
+    """The rule before sleeping engines wake (trainer.rollout.memory.needs_room): emptying the allocators' caches
     costs the next step its allocations, so only when a GPU lacks the room its engines freed."""
-    from trainer.loop import WAKE_MARGIN, needs_room
+    from trainer.rollout.memory import WAKE_MARGIN, needs_room
 
     gib = 2**30
     a, b = "gpu:a", "gpu:b"
@@ -326,7 +326,7 @@ def test_the_engines_sum_what_engines_on_one_gpu_freed(monkeypatch):
     their memory back), from each engine's before/after device readings."""
     from types import SimpleNamespace
 
-    from trainer.engines import Engines
+    from trainer.rollout.engines import Engines
     from trainer.rollout.vllm_engine import freed_per_device
 
     gib = 2**30
@@ -348,7 +348,7 @@ def test_the_engines_sum_what_engines_on_one_gpu_freed(monkeypatch):
 
 # --- what an engine is started with beyond the plan -------------------------------------------------------
 def test_an_engine_over_several_nodes_goes_without_custom_all_reduce():
-    from trainer.engines import span_kwargs
+    from trainer.rollout.engines import span_kwargs
 
     assert span_kwargs(["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]) == {"disable_custom_all_reduce": True}
     assert span_kwargs(["10.0.0.1", "10.0.0.1"]) == {}
@@ -356,7 +356,7 @@ def test_an_engine_over_several_nodes_goes_without_custom_all_reduce():
 
 
 def test_engines_on_one_node_search_their_ports_from_stretches_of_their_own():
-    from trainer.engines import engine_ports
+    from trainer.rollout.engines import engine_ports
 
     # 4 engines of TP 1 on one node (7b-ppo on 4 GPUs), the miniature's range 9730-9749: vLLM's half is 10 ports
     assert engine_ports(["a"] * 4, (9730, 9749)) == [9730, 9732, 9734, 9736]
@@ -370,7 +370,7 @@ def test_engines_on_one_node_search_their_ports_from_stretches_of_their_own():
 
 
 def test_the_rendezvous_range_is_read_once_for_the_stores_and_the_engines(monkeypatch):
-    from trainer.actors.group import RENDEZVOUS_PORTS_ENV, rendezvous_range
+    from trainer.learn.group import RENDEZVOUS_PORTS_ENV, rendezvous_range
 
     monkeypatch.setenv(RENDEZVOUS_PORTS_ENV, "8120-8199")
     assert rendezvous_range() == (8120, 8199)

@@ -279,7 +279,7 @@ def test_the_inventories_make_the_tiny_search_data_the_preset_makes(inventory):
 
     make = P.load_preset("tiny-search", P.preset_dirs()).make
     (preset_args,) = [args for path, args in make.items() if path.endswith("/build/tiny/search-copy1")]
-    vars_file = Path(P.__file__).resolve().parents[1] / inventory / "group_vars" / "all" / "retriever.yml"
+    vars_file = Path(__file__).resolve().parents[2] / inventory / "group_vars" / "all" / "retriever.yml"
     command = yaml.safe_load(vars_file.read_text())["retriever__corpus_command"]
     assert command[1:4] == ["-m", "trainer.tiny", "search"]
     assert command[5:] == list(preset_args[1:])

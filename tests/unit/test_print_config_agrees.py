@@ -6,7 +6,7 @@ computes the advantages with the function the loop calls (``advantages_from_conf
 loss with the objective the loop hands to its workers (``PolicyObjective.from_config``), and compares
 them with a reference written here from the *printed flags* alone (estimator, KL estimator, use_kl_loss,
 init_kl_coef, gamma, lambd, rloo_whiten, no_advantage_std_norm, reward_clip_range, eps_clip(_low_high),
-dual_clip), with loops instead of trainer.algorithms' vectorised code. The worker side (the same
+dual_clip), with loops instead of trainer.learn.algorithms' vectorised code. The worker side (the same
 objective inside a real DeepSpeed ModelWorker) is tests/integration/test_objective_worker.py.
 """
 
@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from trainer import train_ppo_ray
-from trainer.algorithms import advantages_from_config
 from trainer.config import ConfigError
 from trainer.config.cli import parse_args
 from trainer.config.estimators import ESTIMATORS
-from trainer.losses import PolicyObjective, policy_objective
+from trainer.learn.algorithms import advantages_from_config
+from trainer.learn.losses import PolicyObjective, policy_objective
 
 BASE = ["--pretrain", "/m", "--prompt_data", "/d.jsonl", "--reward_fn", "pkg.mod:fn", "--rollout_backend", "hf",
         "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--rollout_batch_size", "3",
@@ -134,7 +134,7 @@ def test_advantages_follow_the_printed_flags(argv, capsys):
     p = printed_config(argv, capsys)
     kl = None
     if p["needs_ref"]:  # the loop's KL for the rewards: the printed estimator on log(pi / ref)
-        from trainer.losses import compute_kl
+        from trainer.learn.losses import compute_kl
 
         kl = compute_kl(LOG_RATIO, torch.zeros_like(LOG_RATIO), MASK, p["kl_estimator"])
     values = VALUES if p["needs_critic"] else None

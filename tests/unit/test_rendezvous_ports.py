@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from trainer.actors.group import RENDEZVOUS_PORTS_ENV, DistributedWorker, rendezvous_listener
-from trainer.sync import close_sync_group, make_sync_group
+from trainer.learn.group import RENDEZVOUS_PORTS_ENV, DistributedWorker, rendezvous_listener
+from trainer.weights.broadcast import close_sync_group, make_sync_group
 
 
 def _free_block(n: int, ip: str = "127.0.0.5") -> range:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.algorithms import compute_advantages_and_returns, compute_token_rewards, gae
 from trainer.experience import build_experience
-from trainer.losses import PolicyObjective, compute_kl, policy_objective, value_loss
+from trainer.learn.algorithms import compute_advantages_and_returns, compute_token_rewards, gae
+from trainer.learn.losses import PolicyObjective, compute_kl, policy_objective, value_loss
 
 PAD = 0
 # Row 0: prompt, a search turn (3 generated), the <information> block (4 inserted), the answer turn (3

@@ -1,5 +1,5 @@
-"""trainer.sync: bucket packing, safetensors blobs, broadcast over a dedicated gloo group (ZeRO-3 gathering:
-tests/integration/test_sync_zero3.py)."""
+"""trainer.weights (buckets, broadcast, gather): bucket packing, safetensors blobs, broadcast over a dedicated
+gloo group (ZeRO-3 gathering: tests/integration/test_sync_zero3.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,23 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from trainer import sync
+from trainer.weights.broadcast import (
+    broadcast_buckets,
+    broadcast_tensor,
+    close_sync_group,
+    iter_received_tensors,
+    make_sync_group,
+    receive_buckets,
+)
+from trainer.weights.buckets import (
+    describe_buckets,
+    from_safetensors_bytes,
+    iter_buckets,
+    pack_buckets,
+    to_safetensors_bytes,
+    unpack_bucket,
+)
+from trainer.weights.gather import gather_zero3_params, iter_zero3_buckets
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -46,13 +62,13 @@ def sample_tensors(seed: int = 0) -> dict[str, torch.Tensor]:
 def test_pack_unpack_round_trip_is_bit_exact_and_respects_bucket_size() -> None:
     tensors = sample_tensors()
     bucket_bytes = 256  # the 1000-float tensor (4000 B) must get a bucket of its own
-    buckets = sync.pack_buckets(tensors, bucket_bytes)
+    buckets = pack_buckets(tensors, bucket_bytes)
     seen: dict[str, torch.Tensor] = {}
     for b in buckets:
         assert b.buffer.dtype == b.dtype and b.buffer.dim() == 1
         assert all(m.dtype == b.dtype for m in b.manifest)
-        assert b.nbytes <= bucket_bytes or len(b.manifest) == 1, sync.describe_buckets(buckets)
-        for name, t in sync.unpack_bucket(b.buffer, b.manifest):
+        assert b.nbytes <= bucket_bytes or len(b.manifest) == 1, describe_buckets(buckets)
+        for name, t in unpack_bucket(b.buffer, b.manifest):
             assert name not in seen, f"{name} packed twice"
             seen[name] = t
     assert list(sorted(seen)) == sorted(tensors)
@@ -67,44 +83,44 @@ def test_pack_unpack_round_trip_is_bit_exact_and_respects_bucket_size() -> None:
 
 def test_bucket_boundaries_split_exactly_at_the_limit() -> None:
     tensors = {f"t{i}": torch.full((4,), float(i)) for i in range(5)}  # 16 B each
-    buckets = sync.pack_buckets(tensors, bucket_bytes=32)
+    buckets = pack_buckets(tensors, bucket_bytes=32)
     assert [len(b.manifest) for b in buckets] == [2, 2, 1]
     assert [m.offset for m in buckets[0].manifest] == [0, 4]
-    one = sync.pack_buckets(tensors, bucket_bytes=1 << 20)
+    one = pack_buckets(tensors, bucket_bytes=1 << 20)
     assert len(one) == 1 and one[0].nbytes == 80
 
 
 def test_unpack_from_raw_bytes_and_rejects_bad_input() -> None:
     tensors = sample_tensors(1)
-    for b in sync.pack_buckets(tensors, 1 << 20):
+    for b in pack_buckets(tensors, 1 << 20):
         raw = b.buffer.view(torch.uint8).clone()
-        for name, t in sync.unpack_bucket(raw, b.manifest):
+        for name, t in unpack_bucket(raw, b.manifest):
             assert bits_equal(t, tensors[name]), name
-    b = sync.pack_buckets({"x": torch.ones(4)}, 1 << 20)[0]
+    b = pack_buckets({"x": torch.ones(4)}, 1 << 20)[0]
     with pytest.raises(ValueError, match="dtype"):
-        sync.unpack_bucket(b.buffer.to(torch.float64), b.manifest)
+        unpack_bucket(b.buffer.to(torch.float64), b.manifest)
     with pytest.raises(ValueError, match="holds only"):
-        sync.unpack_bucket(b.buffer[:2], b.manifest)
+        unpack_bucket(b.buffer[:2], b.manifest)
     with pytest.raises(ValueError, match="bucket_bytes"):
-        sync.pack_buckets({"x": torch.ones(1)}, 0)
+        pack_buckets({"x": torch.ones(1)}, 0)
 
 
 def test_safetensors_round_trip_including_shared_views() -> None:
     tensors = sample_tensors(2)
-    blob = sync.to_safetensors_bytes(tensors)
-    back = sync.from_safetensors_bytes(blob)
+    blob = to_safetensors_bytes(tensors)
+    back = from_safetensors_bytes(blob)
     assert sorted(back) == sorted(tensors)
     for name, t in tensors.items():
         assert bits_equal(back[name], t), name
     # Views into one bucket buffer share storage: still serialisable, still exact.
-    views = [pair for b in sync.pack_buckets(tensors, 1 << 20) for pair in b.tensors()]
-    back2 = sync.from_safetensors_bytes(sync.to_safetensors_bytes(views))
+    views = [pair for b in pack_buckets(tensors, 1 << 20) for pair in b.tensors()]
+    back2 = from_safetensors_bytes(to_safetensors_bytes(views))
     for name, t in tensors.items():
         assert bits_equal(back2[name], t), name
     with pytest.raises(ValueError, match="twice"):
-        sync.to_safetensors_bytes([("a", torch.ones(1)), ("a", torch.ones(1))])
+        to_safetensors_bytes([("a", torch.ones(1)), ("a", torch.ones(1))])
     with pytest.raises(TypeError, match="safetensors bytes"):
-        sync.from_safetensors_bytes("not bytes")  # type: ignore[arg-type]
+        from_safetensors_bytes("not bytes")  # type: ignore[arg-type]
 
 
 def free_port() -> int:
@@ -114,23 +130,23 @@ def free_port() -> int:
 
 
 def _broadcast_worker(rank: int, port: int, out_dir: str) -> None:
-    group = sync.make_sync_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=60)
+    group = make_sync_group("127.0.0.1", port, rank, 2, backend="gloo", timeout_s=60)
     tensors = sample_tensors(3)
     if rank == 0:
-        sent = sync.broadcast_buckets(group, sync.iter_buckets(tensors, bucket_bytes=512))
+        sent = broadcast_buckets(group, iter_buckets(tensors, bucket_bytes=512))
         # Second stream, then a single raw tensor: the protocol must resynchronise after each end marker.
-        sync.broadcast_buckets(group, sync.pack_buckets({"again": tensors["layer0.float32"]}, 1 << 20))
+        broadcast_buckets(group, pack_buckets({"again": tensors["layer0.float32"]}, 1 << 20))
         raw = torch.arange(10, dtype=torch.float64)
-        sync.broadcast_tensor(group, raw, 0)
+        broadcast_tensor(group, raw, 0)
         torch.save({"sent": sent}, os.path.join(out_dir, "rank0.pt"))
     else:
-        received = dict(sync.iter_received_tensors(group))
-        buckets = sync.receive_buckets(group)
+        received = dict(iter_received_tensors(group))
+        buckets = receive_buckets(group)
         raw = torch.zeros(10, dtype=torch.float64)
-        sync.broadcast_tensor(group, raw, 0)
+        broadcast_tensor(group, raw, 0)
         torch.save({"first": received, "second": buckets[0].tensors(), "raw": raw,
                     "bucket_sizes": [b.nbytes for b in buckets]}, os.path.join(out_dir, "rank1.pt"))  # fmt: skip
-    sync.close_sync_group(group)
+    close_sync_group(group)
 
 
 def test_gloo_broadcast_of_buckets_between_two_processes_is_bit_exact(tmp_path: Path) -> None:
@@ -150,15 +166,15 @@ def test_gloo_broadcast_of_buckets_between_two_processes_is_bit_exact(tmp_path: 
 
 def test_make_sync_group_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="outside a group"):
-        sync.make_sync_group("127.0.0.1", free_port(), 2, 2)
+        make_sync_group("127.0.0.1", free_port(), 2, 2)
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="nccl"):
-            sync.make_sync_group("127.0.0.1", free_port(), 0, 1, backend="nccl", timeout_s=5)
+            make_sync_group("127.0.0.1", free_port(), 0, 1, backend="nccl", timeout_s=5)
 
 
 def test_gather_plain_model_yields_every_parameter_in_order() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
-    got = list(sync.gather_zero3_params(model, bucket_bytes=8))
+    got = list(gather_zero3_params(model, bucket_bytes=8))
     assert [n for n, _ in got] == [n for n, _ in model.named_parameters()]
     for (_, a), (_, b) in zip(got, model.named_parameters(), strict=True):
         assert bits_equal(a, b)
@@ -169,8 +185,8 @@ def test_plain_model_takes_the_iter_buckets_path() -> None:
     tests/integration/test_sync_zero3.py)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17), torch.nn.Linear(17, 5))
-    fast = list(sync.iter_zero3_buckets(model, 600))
-    slow = list(sync.iter_buckets(model.named_parameters(), 600))
+    fast = list(iter_zero3_buckets(model, 600))
+    slow = list(iter_buckets(model.named_parameters(), 600))
     assert [b.manifest for b in fast] == [b.manifest for b in slow]
     assert all(torch.equal(a.buffer, b.buffer) for a, b in zip(fast, slow, strict=True))
 
@@ -184,7 +200,7 @@ def test_the_flat_all_gather_runs_on_the_gpu_images_torch_too(monkeypatch):
     image's, has only ``all_gather_into_tensor``: the sync uses whichever this torch has."""
     from types import SimpleNamespace
 
-    from trainer.sync import all_gather_into_tensor
+    from trainer.weights.gather import all_gather_into_tensor
 
     def new(*a, **k):
         return "single"

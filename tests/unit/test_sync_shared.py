@@ -1,4 +1,4 @@
-"""Shared buckets (trainer.sync_shared), the CPU kind: bytes handed to another process through /dev/shm.
+"""Shared buckets (trainer.weights.shared), the CPU kind: bytes handed to another process through /dev/shm.
 
 The CUDA kind uses the same header and protocol with CUDA IPC handles; it runs on the GPU machines
 (bench/gpu/vllm_bench.py checks its bytes there). Here: a bucket published in one process and opened in
@@ -16,7 +16,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import sync, sync_shared
+from trainer.weights.buckets import pack_buckets
+from trainer.weights.shared import (
+    SHM_PREFIX,
+    Publisher,
+    SharedBucket,
+    defers_load,
+    kind_for,
+    location_key,
+    open_bucket,
+    remove_stale_files,
+)
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -29,14 +39,14 @@ def _tensors() -> dict[str, torch.Tensor]:
 
 
 def _open_in_child(wire: dict, out: str) -> None:
-    bucket = sync_shared.open_bucket(sync_shared.SharedBucket(**wire))
+    bucket = open_bucket(SharedBucket(**wire))
     torch.save({n: t.clone() for n, t in bucket.tensors()}, out)
 
 
 def test_a_bucket_published_here_opens_bit_for_bit_in_another_process(tmp_path: Path) -> None:
     tensors = _tensors()
-    (bucket,) = sync.pack_buckets(tensors, bucket_bytes=1 << 20)
-    pub = sync_shared.Publisher("shm", shm_dir=tmp_path)
+    (bucket,) = pack_buckets(tensors, bucket_bytes=1 << 20)
+    pub = Publisher("shm", shm_dir=tmp_path)
     shared = pub.publish(bucket)
     assert len(pickle.dumps(shared)) < 1024  # what crosses Ray: a header and a path, whatever the size
     out = tmp_path / "got.pt"
@@ -49,14 +59,14 @@ def test_a_bucket_published_here_opens_bit_for_bit_in_another_process(tmp_path: 
     for name, t in tensors.items():
         assert torch.equal(got[name].view(torch.uint8), t.view(torch.uint8)), name
     pub.release()
-    assert not list(tmp_path.glob(sync_shared.SHM_PREFIX + "*"))
+    assert not list(tmp_path.glob(SHM_PREFIX + "*"))
 
 
 def test_opening_reads_the_senders_current_bytes_without_a_copy_per_process(tmp_path: Path) -> None:
-    (bucket,) = sync.pack_buckets(_tensors(), bucket_bytes=1 << 20)
-    pub = sync_shared.Publisher("shm", shm_dir=tmp_path)
+    (bucket,) = pack_buckets(_tensors(), bucket_bytes=1 << 20)
+    pub = Publisher("shm", shm_dir=tmp_path)
     shared = pub.publish(bucket)
-    opened = sync_shared.open_bucket(shared)
+    opened = open_bucket(shared)
     assert opened.dtype == bucket.dtype and opened.buffer.numel() == bucket.buffer.numel()
     assert torch.equal(opened.buffer, bucket.buffer)
     assert [m.name for m in opened.manifest] == [m.name for m in bucket.manifest]
@@ -64,33 +74,33 @@ def test_opening_reads_the_senders_current_bytes_without_a_copy_per_process(tmp_
 
 
 def test_the_wrong_location_is_refused_by_name(tmp_path: Path) -> None:
-    (bucket,) = sync.pack_buckets(_tensors(), bucket_bytes=1 << 20)
-    pub = sync_shared.Publisher("shm", shm_dir=tmp_path)
+    (bucket,) = pack_buckets(_tensors(), bucket_bytes=1 << 20)
+    pub = Publisher("shm", shm_dir=tmp_path)
     shared = pub.publish(bucket)
-    elsewhere = sync_shared.SharedBucket("shm", shared.header, {"node:10.9.9.9": next(iter(shared.handles.values()))})
+    elsewhere = SharedBucket("shm", shared.header, {"node:10.9.9.9": next(iter(shared.handles.values()))})
     with pytest.raises(RuntimeError, match=r"no copy of this weight bucket at node:.*published at \['node:10.9.9.9'\]"):
-        sync_shared.open_bucket(elsewhere)
+        open_bucket(elsewhere)
     pub.release()
     with pytest.raises(FileNotFoundError, match="released it too early"):
-        sync_shared.open_bucket(shared)
+        open_bucket(shared)
 
 
 def test_merge_joins_locations_of_one_bucket_only(tmp_path: Path) -> None:
-    a = sync_shared.SharedBucket("shm", b"h", {"node:a": b"/x"})
-    b = sync_shared.SharedBucket("shm", b"h", {"node:b": b"/y"})
+    a = SharedBucket("shm", b"h", {"node:a": b"/x"})
+    b = SharedBucket("shm", b"h", {"node:b": b"/y"})
     assert a.merge(b).handles == {"node:a": b"/x", "node:b": b"/y"}
     assert a.merge(None) is a
     with pytest.raises(ValueError, match="two different buckets"):
-        a.merge(sync_shared.SharedBucket("shm", b"other", {"node:b": b"/y"}))
+        a.merge(SharedBucket("shm", b"other", {"node:b": b"/y"}))
     with pytest.raises(ValueError, match="two different buckets"):
-        a.merge(sync_shared.SharedBucket("cuda", b"h", {"gpu:b": b"x"}))
+        a.merge(SharedBucket("cuda", b"h", {"gpu:b": b"x"}))
 
 
 def test_bf16_buckets_survive_the_trip(tmp_path: Path) -> None:
     tensors = {k: v.to(torch.bfloat16) for k, v in _tensors().items()}
-    (bucket,) = sync.pack_buckets(tensors, bucket_bytes=1 << 20)
-    pub = sync_shared.Publisher("shm", shm_dir=tmp_path)
-    opened = sync_shared.open_bucket(pub.publish(bucket))
+    (bucket,) = pack_buckets(tensors, bucket_bytes=1 << 20)
+    pub = Publisher("shm", shm_dir=tmp_path)
+    opened = open_bucket(pub.publish(bucket))
     assert opened.dtype == torch.bfloat16
     for (name, got), want in zip(opened.tensors(), tensors.values(), strict=True):
         assert torch.equal(got.view(torch.int16), want.view(torch.int16)), name
@@ -101,17 +111,17 @@ def test_stale_files_of_dead_senders_are_swept_and_live_ones_kept(tmp_path: Path
     dead = mp.get_context("spawn").Process(target=os.getpid)
     dead.start()
     dead.join()
-    stale = tmp_path / f"{sync_shared.SHM_PREFIX}{dead.pid}-abc"
-    live = tmp_path / f"{sync_shared.SHM_PREFIX}{os.getpid()}-def"
+    stale = tmp_path / f"{SHM_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{SHM_PREFIX}{os.getpid()}-def"
     other = tmp_path / "someone-elses-file"
     for p in (stale, live, other):
         p.write_bytes(b"x")
-    assert sync_shared.remove_stale_files(tmp_path) == 1
+    assert remove_stale_files(tmp_path) == 1
     assert not stale.exists() and live.exists() and other.exists()
 
 
 def test_kinds_and_deferral() -> None:
-    assert sync_shared.kind_for(torch.device("cpu")) == "shm"
-    assert sync_shared.kind_for(torch.device("cuda", 0)) == "cuda"
-    assert sync_shared.defers_load("shm") and not sync_shared.defers_load("cuda")
-    assert sync_shared.location_key("shm").startswith("node:")
+    assert kind_for(torch.device("cpu")) == "shm"
+    assert kind_for(torch.device("cuda", 0)) == "cuda"
+    assert defers_load("shm") and not defers_load("cuda")
+    assert location_key("shm").startswith("node:")

@@ -1,4 +1,4 @@
-"""The multi-turn loops of trainer.rollout.tools on scripted engines: stops, batched tool calls, inserted
+"""The multi-turn loops of trainer.rollout.multiturn on scripted engines: stops, batched tool calls, inserted
 tokens masked, budgets, max_turns; the streaming loop (continuous batching: a sample goes to the tool and
 back while the others decode) gives the same samples as the loop in rounds; and the loops' parts (query
 parsing, Search-R1's passage format, {node_ip})."""
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from trainer.rollout.tools import (
+from trainer.rollout.multiturn import (
     STOPS,
     Completion,
     SearchTool,

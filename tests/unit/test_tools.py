@@ -13,7 +13,7 @@ import time
 import pytest
 
 from trainer.deadlines import Fault
-from trainer.rollout.tools import Completion, run_tool_rollout, run_tool_rollout_streaming
+from trainer.rollout.multiturn import Completion, run_tool_rollout, run_tool_rollout_streaming
 from trainer.tiny import build_tokenizer
 from trainer.tools.base import Call, Tool, ToolError, check_name
 from trainer.tools.formats import CALL_CLOSE, JsonFormat, TagFormat, tool_message_wrapping

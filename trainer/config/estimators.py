@@ -1,6 +1,6 @@
 """What each advantage estimator needs and does: the one table the config rules and the math read.
 
-Torch-free, so that ``--print-config`` and rlrun's checks can use it. ``trainer.algorithms`` takes its
+Torch-free, so that ``--print-config`` and rlrun's checks can use it. ``trainer.learn.algorithms`` takes its
 whitening choice from here, the config rules take the critic / group / gamma requirements from here;
 nothing else spells out "gae needs a critic" or "group_norm is not whitened".
 """

@@ -165,7 +165,7 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 def from_text(spec: FlagSpec, text: str) -> Any:
     """The value a flag's text means, in the flag's type: the one reading of flag text, for the trainer's command
-    line (:mod:`trainer.config.cli`), rlrun's ``--set`` and a preset's strings (``rlrun/presets.py``) and text
+    line (:mod:`trainer.config.cli`), rlrun's ``--set`` and a preset's strings (``rlrun/presets/__init__.py``) and text
     given to :class:`TrainerConfig` for a list or a two-number flag.
 
     A flag that may be None takes ``none``, ``null`` or ``~`` (any case) for None, unless that word is one of its

@@ -358,7 +358,7 @@ class TrainerConfig:
     eval_data: str | None = flag(
         None, "Evaluation prompts (same formats as --prompt_data; OpenRLHF's --eval_dataset): every --eval_steps "
         "steps the engines answer each prompt greedily once and --eval_n_samples times sampled, the job's "
-        "reward scores them, and eval/greedy, eval/pass@K, eval/mean@K are logged (trainer.evaluate).",
+        "reward scores them, and eval/greedy, eval/pass@K, eval/mean@K are logged (trainer.rollout.evaluate).",
         group=E, metavar="DATA",
     )  # fmt: skip
     eval_input_key: str | None = flag(
@@ -389,7 +389,7 @@ class TrainerConfig:
         "gae",
         "gae (PPO with a critic), reinforce (REINFORCE++), rloo, reinforce_baseline (REINFORCE++ with the "
         "prompt's mean as baseline), group_norm (GRPO) or dr_grpo (GRPO without the std division); see "
-        "trainer.config.estimators and trainer.algorithms.",
+        "trainer.config.estimators and trainer.learn.algorithms.",
         group=A,
     )
     eps_clip: float = flag(0.2, "PPO policy ratio clip range: [1 - eps_clip, 1 + eps_clip].", group=A, gt=0, lt=1)
@@ -420,7 +420,7 @@ class TrainerConfig:
     )  # fmt: skip
     normalize_reward: bool = flag(
         False, "Normalise the reward scores with the running mean/std of all scores seen so far "
-        "(trainer.algorithms.normalize_reward).", group=A,
+        "(trainer.learn.algorithms.normalize_reward).", group=A,
     )  # fmt: skip
     no_advantage_std_norm: bool = flag(
         False, "Normalise the token advantages over the batch by their mean only, without dividing by the std "

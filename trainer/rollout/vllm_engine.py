@@ -8,9 +8,9 @@ so :meth:`VllmEngine.sleep` / :meth:`VllmEngine.wake_up` are logged no-ops there
 
 Multi-turn tool rollouts run on :meth:`VllmEngine.stepper`: continuous batching over ``LLMEngine.add_request``
 / ``step`` (the calls ``LLM.generate`` itself makes), so a sample goes to the tool and back while the others
-decode (:func:`trainer.rollout.tools.run_tool_rollout_streaming`).
+decode (:func:`trainer.rollout.multiturn.run_tool_rollout_streaming`).
 
-Weights are pushed through the worker extension :class:`trainer.rollout.vllm_worker_ext.WeightSyncExtension`:
+Weights are pushed through the worker extension :class:`trainer.weights.vllm_worker_ext.WeightSyncExtension`:
 as safetensors bytes (:meth:`VllmEngine.update_weights`, safe through Ray and vLLM's RPC), as a bucket
 stream over a dedicated process group (:meth:`VllmEngine.init_weight_sync_group` +
 :meth:`VllmEngine.receive_weights`), or in place from a colocated trainer's memory
@@ -46,11 +46,11 @@ from trainer.rollout.engine import (
     named_tensors,
     tokenize_prompts,
 )
-from trainer.rollout.tools import Completion, cut_at_stop
+from trainer.rollout.multiturn import Completion, cut_at_stop
 
 log = logging.getLogger(__name__)
 
-WORKER_EXTENSION = "trainer.rollout.vllm_worker_ext.WeightSyncExtension"
+WORKER_EXTENSION = "trainer.weights.vllm_worker_ext.WeightSyncExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 512 << 20
 
 
@@ -224,7 +224,7 @@ class VllmEngine(RolloutEngine):
         return results
 
     def stepper(self) -> _VllmStepper | None:
-        """The multi-turn loop's :class:`~trainer.rollout.tools.Stepper` over ``LLMEngine.add_request`` /
+        """The multi-turn loop's :class:`~trainer.rollout.multiturn.Stepper` over ``LLMEngine.add_request`` /
         ``step`` (the same calls ``LLM.generate`` makes, on vLLM 0.26 and 0.32): a sample goes to the tool
         and back while the others decode. None on a CPU engine whose caller turned chunked prefill back
         on: :meth:`complete` must then split seeded batches into separate ``generate`` calls (see
@@ -269,7 +269,7 @@ class VllmEngine(RolloutEngine):
     # --- weights ---------------------------------------------------------------------------------------
     def update_weights(self, weights: Weights) -> int:
         """Load new weights (safetensors blob(s) or named tensors) in one reload; resets the prefix cache."""
-        from trainer.sync import to_safetensors_bytes
+        from trainer.weights.buckets import to_safetensors_bytes
 
         if isinstance(weights, bytes | bytearray):
             blobs = [bytes(weights)]
@@ -288,7 +288,7 @@ class VllmEngine(RolloutEngine):
     ) -> list[int]:  # fmt: skip
         """Every worker joins a dedicated weight-sync group (blocks until all members joined).
 
-        Returns the workers' group ranks. The trainer's sender is rank 0 (see :mod:`trainer.sync`).
+        Returns the workers' group ranks. The trainer's sender is rank 0 (see :mod:`trainer.weights.broadcast`).
         """
         return self.llm.collective_rpc(
             "rlrun_init_sync_group", args=(master_addr, master_port, rank_offset, world_size, backend, timeout_s)
@@ -333,7 +333,7 @@ class VllmEngine(RolloutEngine):
 
     def read_weights(self) -> dict[str, Any]:
         """The first worker's effective weights in vLLM names (see ``rlrun_read_weights``); for tests."""
-        from trainer.sync import from_safetensors_bytes
+        from trainer.weights.buckets import from_safetensors_bytes
 
         return from_safetensors_bytes(self.llm.collective_rpc("rlrun_read_weights")[0])
 

@@ -121,7 +121,7 @@ class Http(Tool):
     def __init__(self, url: str, *, name: str = "http", template: str = '{"input": "{input}"}',
                  result_key: str | None = None, token: str | None = None, timeout: float = 10.0, retries: int = 2,
                  outage_timeout: float = 0.0) -> None:
-        from trainer.rollout.tools import resolve_node_url
+        from trainer.rollout.multiturn import resolve_node_url
 
         self.name = name
         self.url = resolve_node_url(url)

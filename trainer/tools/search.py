@@ -1,5 +1,5 @@
 """The search tool: Search-R1's ``<search>query</search>`` against the retrieval service
-(:class:`trainer.rollout.tools.SearchTool`'s client: one batched request for every query of a batch, timeouts,
+(:class:`trainer.rollout.multiturn.SearchTool`'s client: one batched request for every query of a batch, timeouts,
 retries, an outage waited out up to --retriever_outage_timeout), its passages inserted as Search-R1 writes them
 (``\\n\\n<information>Doc 1(Title: ...) ...</information>\\n\\n``).
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from trainer.rollout.tools import INFO_CLOSE, INFO_OPEN, SearchTool, format_passages
+from trainer.rollout.multiturn import INFO_CLOSE, INFO_OPEN, SearchTool, format_passages
 from trainer.tools.base import Tool
 
 

@@ -1,4 +1,4 @@
-"""The dispatcher between the turn loop (:mod:`trainer.rollout.tools`) and the tools: which call a turn ends
+"""The dispatcher between the turn loop (:mod:`trainer.rollout.multiturn`) and the tools: which call a turn ends
 with, whether the sample may still make it, the calls of a batch run per tool under the rules of
 :mod:`trainer.tools.base` (errors and timeouts become result text), the results rendered and tokenized with
 the per-call cap."""

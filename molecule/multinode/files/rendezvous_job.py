@@ -3,9 +3,9 @@
     python -c "$(cat rendezvous_job.py)" RELEASE_FILE HOLD_SECONDS
 
 One rank per alive node joins a gloo group through the trainer's own handshake
-(trainer.actors.group.DistributedWorker: rank 0's rendezvous_address, then
+(trainer.learn.group.DistributedWorker: rank 0's rendezvous_address, then
 init_process_group on every rank, as ActorGroup does for the policy), and rank 0
-hosts a weight-sync group that rank 1 joins (trainer.sync.make_sync_group, as
+hosts a weight-sync group that rank 1 joins (trainer.weights.broadcast.make_sync_group, as
 policy rank 0 and a rollout engine do). It prints READY with where every rank
 runs and where rank 0's two stores listen, keeps both groups alive until
 RELEASE_FILE exists (at most HOLD_SECONDS), then an all-reduce over the group and
@@ -20,7 +20,7 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trainer.actors.group import DistributedWorker
+from trainer.learn.group import DistributedWorker
 
 release, hold = sys.argv[1], float(sys.argv[2])
 
@@ -38,7 +38,7 @@ class Rank(DistributedWorker):
         return value.item()
 
     def sync_group(self, addr, port, rank, world):
-        from trainer.sync import make_sync_group
+        from trainer.weights.broadcast import make_sync_group
 
         fd = self.take_listen_fd(port) if rank == 0 else None
         self.sync = make_sync_group(addr, port, rank, world, "gloo", timeout_s=300, master_listen_fd=fd)
@@ -47,7 +47,7 @@ class Rank(DistributedWorker):
     def sync_broadcast(self):
         import torch
 
-        from trainer.sync import broadcast_tensor
+        from trainer.weights.broadcast import broadcast_tensor
 
         value = torch.tensor([7.0]) if self.sync.rank == 0 else torch.zeros(1)
         broadcast_tensor(self.sync, value)

@@ -20,7 +20,7 @@ The pipeline of one rollout, :func:`compute_advantages_and_returns` (the trainer
    reinforce_baseline, and rloo unless ``--rloo_whiten off``), ``center`` (mean 0 only:
    ``--no_advantage_std_norm``) or ``none`` (group_norm, dr_grpo). Returns are never normalised.
 
-Losses and log-probabilities live in :mod:`trainer.losses` and are re-exported here.
+Losses and log-probabilities live in :mod:`trainer.learn.losses` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 
 from trainer.config.estimators import ESTIMATORS
-from trainer.losses import (
+from trainer.learn.losses import (
     KL_ESTIMATORS,
     compute_kl,
     kl_k1,

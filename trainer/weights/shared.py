@@ -3,7 +3,7 @@
 A colocated engine (``--colocate_all_models``) runs on the same GPUs as the policy's ranks, where NCCL
 cannot pair two processes ("Duplicate GPU detected"). Pushing the weights through Ray instead costs a full
 host copy of the model and seconds a step. Here the bytes never leave the device: a policy rank publishes
-each gathered bucket (:func:`trainer.sync.iter_zero3_buckets`) as a **handle**, the engine's workers open
+each gathered bucket (:func:`trainer.weights.gather.iter_zero3_buckets`) as a **handle**, the engine's workers open
 it and load the tensors straight from the trainer's memory, and only the handle (a few hundred bytes)
 travels through Ray.
 
@@ -17,14 +17,18 @@ Two kinds of handle, one protocol:
 - ``shm``: the CPU equivalent, used where there are no GPUs (tests, CPU clusters): the bucket's bytes in a
   file under ``/dev/shm`` that the receiver maps; keyed by node, one file per node.
 
+The sender is :func:`push_shared`, which every policy rank runs (``ModelWorker.push_weights_shared``); the
+receiver is the engine worker's :func:`open_bucket` (``WeightSyncExtension.rlrun_load_shared``).
+
 The sender must keep a bucket alive until every engine has loaded it (:class:`SharedBucket` is only a
 reference). GPU engines load each bucket when it arrives (``model.load_weights``); CPU engines must load
-all tensors in one ``reload_weights`` call (see :mod:`trainer.rollout.vllm_compat`), so with ``shm`` the
+all tensors in one ``reload_weights`` call (see :mod:`trainer.weights.vllm_worker_ext`), so with ``shm`` the
 sender keeps every bucket until the update is finished (:func:`defers_load`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import pickle
@@ -32,11 +36,12 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
-from trainer.sync import Bucket, bucket_header, parse_bucket_header
+from trainer.weights.buckets import Bucket, bucket_header, parse_bucket_header
+from trainer.weights.gather import iter_zero3_buckets
 
 Kind = Literal["cuda", "shm"]
 SHM_DIR = Path("/dev/shm")
@@ -144,6 +149,66 @@ def remove_stale_files(shm_dir: Path = SHM_DIR) -> int:
             path.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+@functools.cache
+def _publishes(kind: Kind, device: torch.device, rank: int, world: int) -> bool:
+    """Whether this rank publishes its copy of each bucket: the first rank at each location (GPU, or node) does.
+    Collective over the policy's ranks, so made once per process (every rank makes it at its first push); rank 0
+    removes the files of crashed senders then."""
+    import torch.distributed as dist
+
+    key = location_key(kind, device)
+    keys = [key]
+    if world > 1:
+        keys = [None] * world
+        dist.all_gather_object(keys, key)
+    if rank == 0:
+        remove_stale_files()
+    return keys.index(key) == rank
+
+
+def push_shared(model: Any, rank: int, engines: list[Any], bucket_bytes: int) -> int:
+    """One policy rank's part of a shared-bucket push to colocated ``engines`` (their Ray handles): gather
+    ``model``'s ZeRO-3 parameters a bucket at a time and hand each bucket to the engines in place (CUDA IPC on
+    GPUs, ``/dev/shm`` without); only handles cross Ray. Every rank must call it. The first rank at each location
+    publishes its copy; rank 0 collects the handles, has every engine load the bucket and, at the end, finish the
+    update. Returns the bytes handed over (0 on ranks other than 0)."""
+    import ray
+    import torch.distributed as dist
+
+    device = model.device
+    kind = kind_for(device)
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    publishes = _publishes(kind, device, rank, world)
+    publisher = Publisher(kind, device)
+    deferred = defers_load(kind)
+    sent = 0
+    try:
+        for bucket in iter_zero3_buckets(model, bucket_bytes):
+            mine = publisher.publish(bucket) if publishes else None
+            shared = [mine]
+            if world > 1:
+                shared = [None] * world
+                dist.all_gather_object(shared, mine)
+            if rank == 0:
+                merged = None
+                for part in shared:
+                    merged = part if merged is None else merged.merge(part)
+                ray.get([e.load_shared_bucket.remote(vars(merged)) for e in engines])
+                sent += bucket.nbytes
+            if not deferred:
+                if world > 1:
+                    dist.barrier()  # every engine has loaded it: the buffers may go
+                publisher.release()
+            del bucket
+        if rank == 0:
+            ray.get([e.finish_weight_update.remote() for e in engines])
+        if world > 1:
+            dist.barrier()
+    finally:
+        publisher.release()
+    return sent
 
 
 # --- receiver ----------------------------------------------------------------------------------------------

@@ -99,8 +99,8 @@ def engine_ports(first_nodes: Sequence[str], span: tuple[int, int] | None) -> li
 
 
 class EngineFailure(Fault):
-    """An engine failed more often than --max_engine_restarts allows, or an engine call of the weight push
-    missed its deadline; the message is the one line the job ends with."""
+    """An engine failed more often than --max_engine_restarts allows; the message is the one line the job ends
+    with (a failed weight push: :class:`trainer.weights.transports.PushFailure`)."""
 
 
 #: Seconds a liveness ping (before a weight push) may take, at most (a hung engine is replaced, not waited for).
@@ -166,7 +166,7 @@ class Engines:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from trainer.actors.group import bundle_nodes, rendezvous_range, reserve_bundles
+        from trainer.learn.group import bundle_nodes, rendezvous_range, reserve_bundles
 
         self.cfg, self.plan = cfg, plan
         ep = plan.engines
@@ -361,7 +361,7 @@ class Engines:
                             restore: Callable[[], Any] | None = None) -> tuple[list[Any], list[dict[str, float]]]:
         """Multi-turn tool rollouts: each engine runs the turn loop and the tools in its own process, so it asks
         the services of its node (``{node_ip}`` in --retriever_url) and runs the sandboxes there; see
-        trainer.rollout.tools and trainer.tools. Returns the samples and each engine's stats (time split, tool
+        trainer.rollout.multiturn and trainer.tools. Returns the samples and each engine's stats (time split, tool
         calls). Failed engines: as :meth:`generate`."""
         from trainer.tools.registry import settings
 

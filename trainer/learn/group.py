@@ -207,7 +207,7 @@ class DistributedWorker:
 
         if not torch.cuda.is_available():
             return "", 0
-        from trainer.sync_shared import location_key
+        from trainer.weights.shared import location_key
 
         return location_key("cuda"), int(torch.cuda.mem_get_info()[0])
 

@@ -120,11 +120,44 @@ class RolloutStats:
                "tokenize_s": self.tokenize_s,
                "tool_calls": float(self.tool_calls), "samples": float(self.samples),
                "inserted_tokens": float(self.inserted_tokens)}
-        for name, st in self.by_tool.items():  # summed over engines by the loop's tool_metrics
+        for name, st in self.by_tool.items():  # summed over engines by :func:`tool_metrics`
             out.update({f"tool/{name}/calls": float(st.calls), f"tool/{name}/errors": float(st.errors),
                         f"tool/{name}/timeouts": float(st.timeouts), f"tool/{name}/samples": float(len(st.samples)),
                         f"tool/{name}/seconds": st.seconds})
         return out
+
+
+def tool_metrics(samples, stats: list[dict[str, float]], tools: tuple[str, ...] = ("search",)) -> dict[str, float]:
+    """What a multi-turn rollout did: ``tools/rate`` (share of samples that called a tool at least once),
+    ``tools/calls`` (calls per sample), ``tools/turns`` (generation turns per sample), ``tools/inserted_tokens``
+    (tool tokens per sample), ``tools/errors`` (share of the calls whose result was an error or a timeout), and per
+    tool ``tools/<name>/rate``, ``calls``, ``errors``, ``timeouts``; with the search tool also the first four
+    under ``search/*``, as Search-R1's runs logged them; and where the engines' time went:
+    ``rollout/tool_s`` and ``rollout/other_s`` (the tools' calls; tokenising and bookkeeping between turns)
+    against ``rollout/generate_s`` (the engines' generate calls), each the slowest engine's."""
+    n = max(len(samples), 1)
+    out = {"tools/rate": sum(s.tool_calls > 0 for s in samples) / n,
+           "tools/calls": sum(s.tool_calls for s in samples) / n,
+           "tools/turns": sum(s.turns for s in samples) / n,
+           "tools/inserted_tokens": sum(len(s.action_mask or ()) - sum(s.action_mask or ()) for s in samples) / n}
+    if "search" in tools:
+        out.update({f"search/{key.split('/')[1]}": value for key, value in list(out.items())})
+    for key in ("generate_s", "tool_s", "other_s"):
+        out[f"rollout/{key}"] = max((st.get(key, 0.0) for st in stats), default=0.0)
+    summed: dict[str, float] = {}
+    for st in stats:
+        for key, value in st.items():
+            if key.startswith("tool/"):
+                summed[key] = summed.get(key, 0.0) + value
+    names = sorted({key.split("/")[1] for key in summed})
+    calls = sum(summed[f"tool/{t}/calls"] for t in names)
+    out["tools/errors"] = sum(summed[f"tool/{t}/errors"] for t in names) / calls if calls else 0.0
+    for t in names:
+        out[f"tools/{t}/rate"] = summed[f"tool/{t}/samples"] / n
+        out[f"tools/{t}/calls"] = summed[f"tool/{t}/calls"] / n
+        out[f"tools/{t}/errors"] = summed[f"tool/{t}/errors"] / max(summed[f"tool/{t}/calls"], 1.0)
+        out[f"tools/{t}/timeouts"] = summed[f"tool/{t}/timeouts"] / max(summed[f"tool/{t}/calls"], 1.0)
+    return out
 
 
 def resolve_node_url(url: str, node_ip: str | None = None) -> str:

@@ -11,17 +11,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer.actors.group import DistributedWorker
-from trainer.actors.model_worker import (
+from trainer.checkpoint import CheckpointWorker
+from trainer.learn.group import DistributedWorker
+from trainer.learn.losses import value_loss
+from trainer.learn.model_worker import (
     attn_implementation,
     cpu_adam_threads,
     ds_config,
     fetch_whole_if_small,
     to_device,
 )
-from trainer.checkpoint import CheckpointWorker
-from trainer.losses import value_loss
-from trainer.packing import pack, unpack
+from trainer.learn.packing import pack, unpack
 
 
 class ValueModel(nn.Module):

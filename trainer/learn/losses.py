@@ -1,7 +1,7 @@
 """Masked reductions, KL estimators, PPO losses and token log-probabilities (pure torch).
 
-Shapes follow :mod:`trainer.algorithms`: token tensors ``[B, T]``, ``action_mask`` 1 on real response
-tokens and 0 on padding. All functions are importable from ``trainer.algorithms`` too.
+Shapes follow :mod:`trainer.learn.algorithms`: token tensors ``[B, T]``, ``action_mask`` 1 on real response
+tokens and 0 on padding. All functions are importable from ``trainer.learn.algorithms`` too.
 
 Loss reduction: ``"token"`` (default) is the mean over all valid tokens of the batch (OpenRLHF's
 token-level loss); ``"sequence"`` is the mean over sequences of each sequence's token mean.

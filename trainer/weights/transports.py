@@ -3,10 +3,10 @@ placement plan (``Plan.weight_transport``), chosen once by :func:`make_weight_sy
 
 - :class:`SharedSync` (``shared``: engines colocated with the policy): in place from the policy ranks' memory,
   bucket by bucket, CUDA IPC on GPUs (NCCL cannot pair two processes on one GPU), ``/dev/shm`` without
-  (:mod:`trainer.sync_shared`). Nothing to set up.
+  (:mod:`trainer.weights.shared`). Nothing to set up.
 - :class:`BroadcastSync` (``broadcast``: engines on devices of their own): a group of policy rank 0 (the
   sender) and every engine's TP workers, NCCL on GPUs (``--vllm_sync_backend``), gloo without; the gathered
-  ZeRO-3 parameters stream through it in buckets (:mod:`trainer.sync`: the sender gathers the next bucket
+  ZeRO-3 parameters stream through it in buckets (:mod:`trainer.weights.broadcast`: the sender gathers the next bucket
   while the last one is on the wire, the workers receive the next one while they load the last). The group
   forms at the first push, within ``--dist_timeout``.
 - :class:`SafetensorsSync` (``safetensors``: the HF engine): the full state as safetensors bytes through Ray.
@@ -18,8 +18,12 @@ Faults: before every push each engine answers a ping (``Engines.revive``: a dead
 gets its weights from this very push), and the push itself has a deadline (``--generate_timeout``). When
 engines were replaced since the broadcast group formed (``Engines.epoch``), :class:`BroadcastSync` re-forms
 it: policy rank 0 and the surviving engines leave the old group, and the whole group forms again with the
-replacements. An engine that dies *during* a push ends the job with one line: the policy ranks are inside
-collectives (ZeRO-3 gathers) that cannot be resumed midway.
+replacements. An engine that dies *during* a push ends the job with one line (:class:`PushFailure`): the policy
+ranks are inside collectives (ZeRO-3 gathers) that cannot be resumed midway.
+
+The engines and the policy group are taken as they are handed in: the engines' ``handles``, ``labels``,
+``epoch`` and ``revive()`` (:class:`trainer.rollout.engines.Engines`), the policy group's ``async_run`` /
+``run`` and its rank 0 (:class:`trainer.learn.group.ActorGroup`); nothing here imports either side.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from trainer.deadlines import wait_all
+from trainer.deadlines import Fault, wait_all
+from trainer.errors import one_line
+
+
+class PushFailure(Fault):
+    """An engine call of the weight push failed or missed its deadline; the message is the one line the job ends
+    with."""
 
 
 class WeightSync(abc.ABC):
@@ -51,15 +61,12 @@ class WeightSync(abc.ABC):
     def _get(self, refs: list[Any], labels: list[str]) -> list[Any]:
         """``ray.get`` of a push's calls within --generate_timeout; a call that fails or misses it ends the job
         with one line (see the module docstring)."""
-        from trainer.engines import EngineFailure
-        from trainer.errors import one_line
-
         try:
             return wait_all(refs, labels, self.cfg.generate_timeout, f"weight push ({self.name})", diagnose=False)
         except Exception as exc:
-            raise EngineFailure(f"weight push ({self.name}) to {len(self.engines)} engine(s) failed: "
-                                f"{one_line(exc)} (an engine that fails during a push cannot be replaced midway; "
-                                "resume from the last checkpoint)") from exc
+            raise PushFailure(f"weight push ({self.name}) to {len(self.engines)} engine(s) failed: "
+                              f"{one_line(exc)} (an engine that fails during a push cannot be replaced midway; "
+                              "resume from the last checkpoint)") from exc
 
     def describe(self) -> str:
         return self.name
@@ -151,7 +158,7 @@ class SafetensorsSync(WeightSync):
     name = "safetensors"
 
     def _push(self) -> int:
-        from trainer.sync import to_safetensors_bytes
+        from trainer.weights.buckets import to_safetensors_bytes
 
         blob = to_safetensors_bytes(self.policy.run("full_state")[0])
         self._get([engine.update_weights.remote(blob) for engine in self.engines.handles], list(self.engines.labels))

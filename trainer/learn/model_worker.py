@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
-from trainer.actors.group import DistributedWorker
 from trainer.checkpoint import CheckpointWorker
-from trainer.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
-from trainer.packing import pack, unpack
+from trainer.learn.group import DistributedWorker
+from trainer.learn.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
+from trainer.learn.packing import pack, unpack
+from trainer.weights.shared import push_shared
 
 
 def attn_implementation(flash_attn: bool) -> str:
@@ -159,7 +160,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                    packing_samples: bool = False, persistence_threshold: int | None = None,
                    granularity_threshold: int | None = None, adam_offload_ratio: float = 1.0) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
-        packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.packing)."""
+        packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.learn.packing)."""
         import deepspeed
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
@@ -227,7 +228,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
                      lr: float | None = None) -> dict[str, float]:
         """One optimizer step over this rank's micro-batches with the trainer's `objective` (clipped
-        surrogate, optional KL loss with the configured estimator: trainer.losses.policy_objective), at
+        surrogate, optional KL loss with the configured estimator: trainer.learn.losses.policy_objective), at
         learning rate `lr` when given (the trainer's schedule). Metrics: the micro-batches' mean."""
         if lr is not None:
             self.set_learning_rate(lr)
@@ -265,7 +266,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                          timeout_s: float = 600.0) -> None:
         """Rank 0 hosts the policy -> engines weight-sync group (it is its rank 0, the sender); forming it
         waits at most ``timeout_s`` for the engines' workers."""
-        from trainer.sync import make_sync_group
+        from trainer.weights.broadcast import make_sync_group
 
         if self.rank == 0:
             self._sync = make_sync_group(master_addr, master_port, 0, world_size, backend, timeout_s=timeout_s,
@@ -274,7 +275,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
     def close_weight_sync(self) -> None:
         """Rank 0 leaves the weight-sync group without waiting for its other members (engines were replaced: it
         forms again with them)."""
-        from trainer.sync import close_sync_group
+        from trainer.weights.broadcast import close_sync_group
 
         group, self._sync = getattr(self, "_sync", None), None
         if group is not None:
@@ -284,7 +285,8 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         """Gather the ZeRO-3 parameters in buckets (one all-gather per bucket; every rank must call it) and,
         from rank 0, stream them to the engines: the plan first (from the parameters' metadata), then each
         bucket posted while the next one is gathered. Returns the bytes sent (0 on the other ranks)."""
-        from trainer.sync import broadcast_buckets, iter_zero3_buckets, model_bucket_plan
+        from trainer.weights.broadcast import broadcast_buckets
+        from trainer.weights.gather import iter_zero3_buckets, model_bucket_plan
 
         buckets = iter_zero3_buckets(self.engine, bucket_bytes)
         if self.rank == 0:
@@ -294,57 +296,9 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         return 0
 
     def push_weights_shared(self, engines: list[Any], bucket_bytes: int) -> int:
-        """Colocated engines: gather the ZeRO-3 parameters a bucket at a time and hand each bucket to the
-        engines in place (:mod:`trainer.sync_shared`: CUDA IPC on GPUs, ``/dev/shm`` without); only handles
-        cross Ray. Every rank must call it. The first rank at each location (GPU, or node) publishes its copy;
-        rank 0 collects the handles, has every engine load the bucket and, at the end, finish the update.
-        Returns the bytes handed over (0 on ranks other than 0)."""
-        import ray
-        import torch.distributed as dist
-
-        from trainer import sync_shared
-        from trainer.sync import iter_zero3_buckets
-
-        device = self.engine.device
-        kind = sync_shared.kind_for(device)
-        world = dist.get_world_size() if dist.is_initialized() else 1
-        if getattr(self, "_publishes", None) is None:  # which ranks publish: the first one at each location
-            key = sync_shared.location_key(kind, device)
-            keys = [key]
-            if world > 1:
-                keys = [None] * world
-                dist.all_gather_object(keys, key)
-            self._publishes = keys.index(key) == self.rank
-            if self.rank == 0:
-                sync_shared.remove_stale_files()
-        publisher = sync_shared.Publisher(kind, device)
-        deferred = sync_shared.defers_load(kind)
-        sent = 0
-        try:
-            for bucket in iter_zero3_buckets(self.engine, bucket_bytes):
-                mine = publisher.publish(bucket) if self._publishes else None
-                shared = [mine]
-                if world > 1:
-                    shared = [None] * world
-                    dist.all_gather_object(shared, mine)
-                if self.rank == 0:
-                    merged = None
-                    for part in shared:
-                        merged = part if merged is None else merged.merge(part)
-                    ray.get([e.load_shared_bucket.remote(vars(merged)) for e in engines])
-                    sent += bucket.nbytes
-                if not deferred:
-                    if world > 1:
-                        dist.barrier()  # every engine has loaded it: the buffers may go
-                    publisher.release()
-                del bucket
-            if self.rank == 0:
-                ray.get([e.finish_weight_update.remote() for e in engines])
-            if world > 1:
-                dist.barrier()
-        finally:
-            publisher.release()
-        return sent
+        """Colocated engines: the policy's weights handed over in place (:func:`trainer.weights.shared.push_shared`);
+        every rank must call it. Returns the bytes handed over (0 on ranks other than 0)."""
+        return push_shared(self.engine, self.rank, engines, bucket_bytes)
 
     def reset_optimizer_state(self) -> None:
         """Forget the optimizer's moments (Adam's running averages and step count): RL after the supervised

@@ -4,8 +4,8 @@ Every ``--eval_steps`` steps (and at step 0 with ``--eval_at_start``) the engine
 prompt twice over: once greedily (temperature 0, one answer: deterministic for given weights) and
 ``--eval_n_samples`` = K times sampled at ``--eval_temperature``. It runs right after the step's weight sync,
 so the engines hold the weights the step trained (colocated engines are awake then); with ``--async_train``
-it runs between two rollouts, as the weight push does. The job's own reward scores the answers
-(``Trainer.score``: the remote service or the local function), and the step's metrics get:
+it runs between two rollouts, as the weight push does. The job's own reward scores the answers (the
+``score`` the producer is handed too: the remote service or the local function), and the step's metrics get:
 
 - ``eval/greedy``: the mean reward of the greedy answers;
 - ``eval/pass@K``: the share of prompts solved by at least one of the K sampled answers, a sample counting
@@ -18,7 +18,7 @@ it runs between two rollouts, as the weight push does. The job's own reward scor
   ones as ``eval/greedy_<name>``; ``eval/response_length`` and ``eval/truncated`` (share of sampled answers
   cut at --generate_max_len).
 
-Engines that fail during an evaluation are replaced like during a rollout (:mod:`trainer.engines`), the
+Engines that fail during an evaluation are replaced like during a rollout (:mod:`trainer.rollout.engines`), the
 weights pushed to them first. ``--save_best METRIC`` keeps the checkpoint of the step with the highest value
 of METRIC (:class:`BestCheckpoint`).
 """
@@ -29,6 +29,7 @@ import json
 import math
 import os
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,24 @@ def eval_metrics(greedy: Sequence[float], sampled: Sequence[float], k: int) -> d
 
 
 class Evaluator:
-    """Evaluates ``trainer``'s engines on ``--eval_data`` when due (a no-op without ``--eval_data``)."""
+    """Evaluates the engines on ``--eval_data`` when due (a no-op without ``--eval_data``).
 
-    def __init__(self, trainer: Any) -> None:
-        cfg = trainer.cfg
-        self.trainer = trainer
+    Args:
+        cfg: the validated TrainerConfig.
+        tokenizer: the policy's tokenizer (the evaluation prompts are read with it).
+        engines: the rollout engines (``generate``, ``generate_with_tools``, ``wait_ready``).
+        score: ``score(prompts, samples) -> RewardBatch`` (:func:`trainer.rollout.producer.scorer`).
+        push: hands the policy's current weights to every engine (to engines replaced during an evaluation).
+        exclusive: runs its argument on the engines while nothing else generates (the producer's
+            :meth:`~trainer.rollout.producer.Rollouts.exclusive`).
+        save: ``save(directory)`` writes a checkpoint of the run there (``--save_best``).
+    """
+
+    def __init__(self, cfg: Any, tokenizer: Any, engines: Any, score: Callable[[Any, Any], Any],
+                 push: Callable[[], int], exclusive: Callable[[Callable[[], Any]], Any],
+                 save: Callable[[Path], Any]) -> None:
+        self.cfg, self.engines, self.score, self.push, self.exclusive, self.save = (
+            cfg, engines, score, push, exclusive, save)
         self.prompts: list[Any] = []
         self.best = BestCheckpoint(Path(cfg.ckpt_path), cfg.save_best) if cfg.save_best else None
         if cfg.eval_data is None:
@@ -74,53 +88,50 @@ class Evaluator:
         self.prompts, stats = load_prompts(
             cfg.eval_data, input_key=cfg.eval_input_key or cfg.input_key,
             label_key=cfg.eval_label_key or cfg.label_key, apply_chat_template=cfg.apply_chat_template,
-            input_template=cfg.input_template, prompt_max_len=cfg.prompt_max_len, tokenizer=trainer.tokenizer,
+            input_template=cfg.input_template, prompt_max_len=cfg.prompt_max_len, tokenizer=tokenizer,
             chat_tools=chat_tools(cfg))
         print(f"eval data ({cfg.eval_data}): {stats.as_dict()}", flush=True)
         if not self.prompts:
             raise DataError(f"--eval_data {cfg.eval_data}: no prompt is left to evaluate on ({stats.as_dict()})")
 
     def due(self, step: int) -> bool:
-        cfg = self.trainer.cfg
+        cfg = self.cfg
         if not self.prompts:
             return False
         return cfg.eval_at_start if step == 0 else cfg.eval_steps > 0 and step % cfg.eval_steps == 0
 
-    def at_start(self) -> None:
-        """``--eval_at_start``: evaluate the weights the run starts from, logged as step 0 (a resumed run has
-        evaluated them before)."""
-        if self.trainer.step_no == 0 and self.due(0):
-            self.trainer.metrics.log(0, self.after_step(0))
+    def at_start(self, step: int) -> dict[str, float]:
+        """``--eval_at_start``: the ``eval/*`` metrics of the weights the run starts from, to be logged as step 0;
+        nothing for a resumed run (at ``step`` > 0: it has evaluated them before)."""
+        return self.after_step(0) if step == 0 else {}
 
     def after_step(self, step: int) -> dict[str, float]:
-        """The ``eval/*`` metrics of ``step`` when it is an evaluation step (else nothing); keeps the best
-        checkpoint with ``--save_best``."""
+        """The ``eval/*`` metrics of ``step`` when it is an evaluation step (else nothing), with ``timing/eval``;
+        keeps the best checkpoint with ``--save_best``."""
         if not self.due(step):
             return {}
-        trainer = self.trainer
-        timer = trainer.timer
-        with timer("eval"):
-            metrics = trainer.rollouts.exclusive(lambda: self.evaluate(step))
-        metrics["timing/eval"] = timer.times["timing/eval"]
+        t0 = time.perf_counter()
+        metrics = self.exclusive(lambda: self.evaluate(step))
+        metrics["timing/eval"] = time.perf_counter() - t0
         if self.best is not None:
-            self.best.offer(step, metrics, lambda root: trainer.save_checkpoint(root=str(root)))
+            self.best.offer(step, metrics, self.save)
         return metrics
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Greedy and sampled answers to every prompt, scored by the job's reward (see the module docstring)."""
-        trainer, cfg = self.trainer, self.trainer.cfg
+        cfg = self.cfg
         k = cfg.eval_n_samples
         texts = [p.text for p in self.prompts]
-        trainer.engines.wait_ready()
-        generate = trainer.engines.generate_with_tools if cfg.multi_turn else trainer.engines.generate
+        self.engines.wait_ready()
+        generate = self.engines.generate_with_tools if cfg.multi_turn else self.engines.generate
         seed = cfg.seed + 1_000_003 + step  # the sampled pass: its own seeds, fixed per step
 
         def answers(n: int, temperature: float) -> list[Any]:
-            out = generate(texts, seed=seed, n=n, temperature=temperature, restore=trainer.sync_weights)
+            out = generate(texts, seed=seed, n=n, temperature=temperature, restore=self.push)
             return out[0] if cfg.multi_turn else out
 
         greedy, sampled = answers(1, 0.0), answers(k, cfg.eval_temperature)
-        scored_greedy, scored = trainer.score(self.prompts, greedy), trainer.score(self.prompts, sampled)
+        scored_greedy, scored = self.score(self.prompts, greedy), self.score(self.prompts, sampled)
         metrics = eval_metrics(scored_greedy.rewards, scored.rewards, k)
         metrics.update({f"eval/{key}": float(v) for key, v in scored.extra_logs.items()})
         metrics.update({f"eval/greedy_{key}": float(v) for key, v in scored_greedy.extra_logs.items()})

@@ -42,7 +42,7 @@ from rlrun.errors import RlrunError
 from trainer.config import ConfigError, TrainerConfig
 from trainer.config.fields import FlagSpec, derived_names, flag_specs, from_text, split_list
 
-BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
+BUILTIN_DIR = Path(__file__).resolve().parent  # the built-in presets lie beside this loader
 PRESET_KEYS = ("description", "hardware", "make", "base", "config")
 HARDWARE_KEYS = ("accelerator", "nodes", "gpus_per_node")
 PLACEHOLDERS = ("workdir", "reward_url", "retriever_url")

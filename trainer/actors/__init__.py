@@ -1,1 +1,0 @@
-"""Ray actor groups: ranked workers on a placement group (policy, reference, critic)."""
