@@ -165,7 +165,7 @@ def _nothing_left(lab, job_id: str, job_root: Path) -> None:
     """No process of the job on any node (slurmd aside), no temp dir, no job dir."""
     assert lab.job_pids() == [], [subprocess.run(["ps", "-o", "pid,cmd", "-p", str(p)], capture_output=True,
                                                  text=True).stdout for p in lab.job_pids()]
-    left = sorted(str(p) for p in Path("/tmp").glob(f"rlrun-*/s{job_id}-*"))
+    left = sorted(str(p) for p in lab.node_tmp.glob(f"rlrun-*/s{job_id}-*"))
     assert left == [], left
     assert not (job_root / job_id).exists()
 
@@ -192,6 +192,7 @@ def test_tiny_rloo_on_three_slurm_nodes_succeeds_is_requeued_resumes_and_leaves_
     env = lab.env(ansible_env())
     env["RLRUN_TEST_CHECKPOINT_PAUSE"] = "global_step2:20"  # the job's env: sbatch, srun and Ray pass it on
     proc = subprocess.Popen([str(BIN / "rlrun"), "-i", str(slurm_inv), "slurm", "submit", "--requeue", "--nodes", "3",
+                             "--node-tmp", str(lab.node_tmp),
                              "--cpus-per-node", "2", "--job-root", str(job_root), "--working-dir", str(tmp_path),
                              "--time", "15", "--preset", "tiny-rloo", *TINY, "--set", "save_steps=1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=PROJECT)
@@ -241,7 +242,8 @@ def test_two_jobs_share_the_nodes_and_scancel_mid_job_leaves_nothing(lab, slurm_
     dirs, and the other job's cluster keeps running its job."""
     job_root = tmp_path / "jobs"
     cluster_dir = tmp_path / "cluster"
-    common = ["--nodes", "3", "--job-root", str(job_root), "--no-follow", "--time", "10"]
+    common = ["--nodes", "3", "--node-tmp", str(lab.node_tmp), "--job-root", str(job_root), "--no-follow", "--time",
+              "10"]
     up = _rlrun(lab, "slurm", "submit", *common, "--cluster-dir", str(cluster_dir), inv=slurm_inv)
     assert up.returncode == 0, up.stderr
     long_id = up.stdout.strip()
@@ -272,7 +274,7 @@ def test_two_jobs_share_the_nodes_and_scancel_mid_job_leaves_nothing(lab, slurm_
     assert cancel.returncode == 0 and "CANCELLED" in cancel.stdout, cancel.stdout + cancel.stderr
     _wait(lambda: json.loads((job_root / f"{batch_id}.json").read_text()).get("state") == "cancelled", 60,
           "the batch job's record to say cancelled")
-    _wait(lambda: not list(Path("/tmp").glob(f"rlrun-*/s{batch_id}-*")), 60, "the batch job's temp dirs to go")
+    _wait(lambda: not list(lab.node_tmp.glob(f"rlrun-*/s{batch_id}-*")), 60, "the batch job's temp dirs to go")
     assert not (job_root / batch_id).exists()
 
     # The other job's cluster is untouched: all three nodes alive, and it runs a job to the end.

@@ -121,6 +121,13 @@ class SlurmLab:
         return Path(f"/tmp/rlrun-slurm{self.index}")
 
     @property
+    def node_tmp(self) -> Path:
+        """The jobs' ``--node-tmp`` (their nodes' private dirs): inside the lab, so a lab removed after a crash takes
+        what its killed jobs left with it (the lab's job ids start at 1 again: a dir of an earlier lab's job 1
+        shared with the machine's /tmp would stop the next lab's job 1)."""
+        return self.dir / "nt"
+
+    @property
     def conf(self) -> Path:
         return self.dir / "etc" / "slurm.conf"
 

@@ -5,7 +5,9 @@ spec's agreement with ansible-playbook's own evaluation of the roles is checked 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,38 @@ def test_cli_render_refuses_an_unknown_preset_and_writes_a_script(tmp_path, caps
     text = out.read_text()
     assert "#SBATCH --partition=gpu" in text and "#SBATCH --time=1:00:00" in text
     assert "SUBMIT_ARGS=(-- python -c 'print(42)')" in text
+
+
+def _step_dirs(script: Path, node_tmp: Path, job_id: str) -> subprocess.CompletedProcess:
+    """The script's step_dirs on node n1 of job ``job_id`` under ``node_tmp`` (the script sourced, not run)."""
+    env = {**os.environ, "RLRUN_SLURM_SOURCE_ONLY": "1", "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": job_id,
+           "SLURM_RESTART_COUNT": "0"}
+    return subprocess.run(["bash", "-c", 'source "$1"; NODE_TMP="$2"; step_dirs ""; echo "$STATE_DIR"', "_",
+                           str(script), str(node_tmp)], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_node_dir_left_by_an_earlier_job_of_the_same_id_is_named_and_kept():
+    """Job ids restart when slurmctld's state is reset: a first run that finds its node dir left by an earlier job of
+    its id stops with one line naming the dir and what to do, and removes nothing (seen in CI: a killed run's
+    /tmp/rlrun-root/s1-n1 made the next lab's job 1 fail with "mkdir: ... File exists")."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="rls-", dir="/tmp"))  # short: the script caps the temp dir's length
+    try:
+        script = root / "job.sbatch"
+        script.write_text(_render(PROJECT / "inventory"))
+        fresh = _step_dirs(script, root / "nt", "8")
+        assert fresh.returncode == 0, fresh.stderr
+        state = Path(fresh.stdout.split()[-1])
+        assert state.parent.name == "s8-n1" and not state.parent.exists()  # made, then removed as the step ended
+        left = state.parent.parent / "s7-n1"
+        (left / "state").mkdir(parents=True)
+        (left / "state" / "keep").write_text("an earlier job's file")
+        proc = _step_dirs(script, root / "nt", "7")
+        assert proc.returncode == 1
+        line = proc.stderr.strip().splitlines()[-1]
+        assert f"{left} exists on n1: left by an earlier job 7" in line and "remove it and submit again" in line, line
+        assert (left / "state" / "keep").read_text() == "an earlier job's file"
+    finally:
+        shutil.rmtree(root)
