@@ -8,8 +8,19 @@ In order, each in a process of its own with the GPU to itself:
    trainer's generate phase is held to (<= 1.25x);
 2. ``rlrun``: ``python -m trainer.train_ppo_ray``, everything colocated on one GPU (ZeRO-3 policy and
    reference, one vLLM engine that sleeps while training and takes its weights in place), RLOO;
-3. ``openrlhf``: OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` (0.11.2, unmodified) with the same settings
-   in its flag names; its per-step ``timing/*`` are read from its log.
+3. ``openrlhf``: OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` (0.11.2, its code unmodified) with the same
+   settings in its flag names; its per-step ``timing/*`` are read from its log.
+
+The one change made to OpenRLHF: its processes (and only its) run with ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``.
+With TP > 1 its engines use vLLM's Ray executor, and vLLM 0.26.0 picks ``RayExecutorV2`` for that by default
+(``vllm/envs.py``: ``bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1")))``, read in
+``vllm/v1/executor/abstract.py``). ``RayExecutorV2._select_tcpstore_port`` searches its TCPStore port from
+``data_parallel_master_port + 100`` (0 + 100 outside data parallelism), so OpenRLHF's two TP-2 engines,
+started together on one host, both took port 100 and the second died with EADDRINUSE (nvidia-h200-x4,
+2026-11-27). With 0 vLLM uses the V1 ``RayDistributedExecutor``, whose TCPStore port the OS picks
+(``get_open_port()``). rlrun keeps the V2 executor and gives each engine its own search start instead
+(``trainer.rollout.vllm_compat.pin_ray_store_port`` sets ``VLLM_DP_MASTER_PORT`` to a free port - 100 before
+``LLM(...)``); rlrun's processes get the variable removed, so each system runs vLLM as it would by itself.
 
 Shape (both): 16 prompts x 4 samples, 256 new tokens, train batch 64 in micro-batches of 8, one epoch,
 ZeRO-3 bf16, SDPA attention, KL 0.02 (k1 in the reward), lr 1e-6, temperature 1, vLLM at 0.5 of the GPU's
@@ -43,6 +54,11 @@ ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHME
        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "VLLM_USE_FLASHINFER_SAMPLER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
        "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+# The one change made to OpenRLHF (see the docstring), set in its processes only.
+OPENRLHF_ENV = {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}
+OPENRLHF_CHANGE = ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 in its processes only: vLLM 0.26's V1 Ray executor, "
+                   "since RayExecutorV2 gives TP engines starting together on one host the same TCPStore port "
+                   "(EADDRINUSE); rlrun keeps V2 with a port of its own per engine (vllm_compat.pin_ray_store_port)")
 RLRUN_PHASES = ("generate", "score", "sleep", "make_experience", "train", "sync")
 OPENRLHF_PHASES = ("generation", "make_experience", "ppo_train", "broadcast")
 
@@ -71,6 +87,20 @@ def rlrun_command(args, out: Path) -> list[str]:
 # actor's GPUs and the engines on GPUs of their own; or every group and engine on GPUs of its own.
 PLACEMENTS = {"colocated": ["--colocate_all_models", "--vllm_enable_sleep"], "actor-ref": ["--colocate_actor_ref"],
               "split": []}
+
+
+def system_env(name: str, base: dict, *, ray_tmp: str, shim: str) -> dict:
+    """The environment of one system's run: ``base`` (this process's, with :data:`ENV`), a Ray temp dir of
+    its own, no Ray address to join, the project on the path; for OpenRLHF also the stand-in flash_attn and
+    :data:`OPENRLHF_ENV`, which every other system runs without (removed if the caller's shell had it)."""
+    env = {k: v for k, v in base.items() if k not in OPENRLHF_ENV and k != "RAY_ADDRESS"}
+    paths = [str(PROJECT)]
+    if name == "openrlhf":
+        paths.append(shim)
+        env.update(OPENRLHF_ENV)
+    env["RAY_TMPDIR"] = ray_tmp
+    env["PYTHONPATH"] = ":".join([*paths, base.get("PYTHONPATH", "")])
+    return env
 
 
 def openrlhf_command(args, out: Path) -> list[str]:
@@ -281,12 +311,11 @@ def main(argv=None) -> int:
         shutil.rmtree(run_out, ignore_errors=True)
         run_out.mkdir(parents=True)
         ray_tmp = tempfile.mkdtemp(prefix=f"sbs{name[0]}", dir="/tmp")  # short: Ray's socket paths
-        pythonpath = [str(PROJECT)] + ([args.shim] if name == "openrlhf" else [])
-        env = {**base_env, "RAY_TMPDIR": ray_tmp,
-               "PYTHONPATH": ":".join([*pythonpath, os.environ.get("PYTHONPATH", "")])}
-        env.pop("RAY_ADDRESS", None)
-        if name == "openrlhf" and cuda_arch():
-            env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
+        env = system_env(name, base_env, ray_tmp=ray_tmp, shim=args.shim)
+        if name == "openrlhf":
+            print(f"openrlhf: the one change made to OpenRLHF: {OPENRLHF_CHANGE}", flush=True)
+            if cuda_arch():
+                env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
         def logged(name=name, run_out=run_out) -> bool:
             try:  # a line being written is not a step yet
                 rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
@@ -300,6 +329,8 @@ def main(argv=None) -> int:
         results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows),
                          "peak_mib": dict(sorted(mem.peak.items())),
                          "first_step_s": rows[0]["step_s"] if rows else None}
+        if name == "openrlhf":
+            results[name]["changed_env"] = OPENRLHF_ENV
         print(f"{name}: exit {rc} after {secs:.0f} s, {len(rows)} steps; median {results[name]['median']}", flush=True)
         if rc not in (0, None):
             print("".join((out / f"{name}.log").read_text(errors="replace").splitlines(True)[-40:]), flush=True)
@@ -344,6 +375,8 @@ def table(r: dict) -> None:
             if key in med and med[key] > 0:
                 print(f"{name} train-phase MFU: {100 * mfu(med[key], tokens, sh['params'], sh.get('gpus', 1), 989.4, sh.get('grad_ckpt', False)):.1f} % "
                       f"({tokens:,.0f} tokens a step, {sh['params'] / 1e9:.2f}B parameters)")
+    if "openrlhf" in r:
+        print(f"the one change made to OpenRLHF: {OPENRLHF_CHANGE}")
     if "step" in a and "step" in b:
         print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x (target <= 0.8)")
     if "step" in a:
