@@ -68,9 +68,10 @@ ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHME
        "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
 # The one change made to OpenRLHF (see the docstring), set in its processes only.
 OPENRLHF_ENV = {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}
-OPENRLHF_CHANGE = ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 in its processes only: vLLM 0.26's V1 Ray executor, "
-                   "since RayExecutorV2 gives TP engines starting together on one host the same TCPStore port "
-                   "(EADDRINUSE); rlrun keeps V2 with a port of its own per engine (vllm_compat.pin_ray_store_port)")
+OPENRLHF_CHANGE = ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 in its processes only: vLLM 0.26's V1 Ray "
+                   "executor, since RayExecutorV2 gives TP engines starting together on one host the same "
+                   "TCPStore port (EADDRINUSE); rlrun keeps V2 with a port of its own per engine "
+                   "(vllm_compat.pin_ray_store_port)")
 RLRUN_PHASES = ("generate", "score", "sleep", "make_experience", "train", "sync")
 # verl 0.9.1's v1 trainer (verl/trainer/ppo/v1/trainer_base.py, trainer_sync.py): the marked_timer names it
 # logs as timing_s/<name>; "gen" is generation (wake, rollout, sleep), "update_weights" the push to vLLM
@@ -184,7 +185,8 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
         "trainer.nnodes": 1, "trainer.n_gpus_per_node": args.gpus, "trainer.total_epochs": 1,
         "trainer.total_training_steps": args.steps, "trainer.logger": "[console,file]",
         "trainer.val_before_train": False, "trainer.test_freq": -1, "trainer.save_freq": -1,
-        "trainer.resume_mode": "disable", "trainer.project_name": "side_by_side", "trainer.experiment_name": "verl",
+        "trainer.resume_mode": "disable", "trainer.project_name": "side_by_side",
+        "trainer.experiment_name": "verl",
         "trainer.default_local_dir": out / "ckpt", "hydra.run.dir": out / "hydra",
     }
     text = {k: str(v) if not isinstance(v, bool) else str(v).lower() for k, v in o.items()}
@@ -404,7 +406,8 @@ def main(argv=None) -> int:
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--deadline", type=float, default=560, help="seconds for the whole run")
     p.add_argument("--systems", default="bare,rlrun,openrlhf",
-                   help="any of bare,rlrun,openrlhf,verl, run in that order; one that fails leaves the others' figures")
+                   help="any of bare,rlrun,openrlhf,verl, run in that order; "
+                        "one that fails leaves the others' figures")
     p.add_argument("--gpus", type=int, default=1, help="GPUs of the one node: actor and reference ranks")
     p.add_argument("--placement", choices=sorted(PLACEMENTS), default="colocated",
                    help="rlrun only: split places the engines (and the reference) on GPUs of their own")
@@ -462,7 +465,8 @@ def main(argv=None) -> int:
         run_out.mkdir(parents=True)
         if name == "verl":
             try:  # verl is optional: what stops it here must not cost the others' figures
-                cmd = verl_available() and verl_command(args, run_out, write_verl_data(Path(args.data), run_out))
+                cmd = verl_available() and verl_command(args, run_out,
+                                                        write_verl_data(Path(args.data), run_out))
             except Exception as exc:  # noqa: BLE001 - reported in the results, not raised
                 cmd, results["verl"] = None, {"error": f"preparing verl's data: {exc!r}"}
             if not cmd:
@@ -551,8 +555,9 @@ def table(r: dict) -> None:
         vb = f"{b[kb]:.2f} s" if kb and kb in b else "-"
         vc = f"{c[kc]:.2f} s" if kc and kc in c else "-"
         print(f"{label:<{width}}{va:>10}{vb:>10}" + (f"{vc:>10}" if with_verl else ""))
-    print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, OpenRLHF {b.get('steps_measured', 0)}"
-          + (f", verl {c.get('steps_measured', 0)}" if with_verl else ""))
+    verl_steps_measured = f", verl {c.get('steps_measured', 0)}" if with_verl else ""
+    print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, "
+          f"OpenRLHF {b.get('steps_measured', 0)}{verl_steps_measured}")
     for name in ("rlrun", "openrlhf", "verl"):
         got = r.get(name, {})
         if got.get("peak_mib"):
@@ -562,7 +567,8 @@ def table(r: dict) -> None:
     rows = r.get("rlrun", {}).get("steps", [])
     tokens = statistics.median(x.get("tokens/real", 0.0) for x in rows[1:]) if len(rows) > 1 else 0.0
     if sh.get("params") and tokens:
-        for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train"), ("verl", c, "update_actor")):
+        for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train"),
+                               ("verl", c, "update_actor")):
             if key in med and med[key] > 0:
                 print(f"{name} train-phase MFU: {100 * mfu(med[key], tokens, sh['params'], sh.get('gpus', 1), 989.4, sh.get('grad_ckpt', False)):.1f} % "
                       f"({tokens:,.0f} tokens a step, {sh['params'] / 1e9:.2f}B parameters)")

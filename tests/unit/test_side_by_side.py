@@ -12,15 +12,17 @@ import pytest
 
 from tests.conftest import PROJECT
 
-sys.path.insert(0, str(PROJECT / "bench" / "gpu"))  # side_by_side imports its neighbour isolated.py
+GPU_BENCH = PROJECT / "bench" / "gpu"
+sys.path.insert(0, str(GPU_BENCH))  # side_by_side imports its neighbour isolated.py
 try:
-    spec = importlib.util.spec_from_file_location("side_by_side", PROJECT / "bench" / "gpu" / "side_by_side.py")
+    spec = importlib.util.spec_from_file_location("side_by_side", GPU_BENCH / "side_by_side.py")
     sbs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sbs)
 finally:
-    sys.path.remove(str(PROJECT / "bench" / "gpu"))
+    sys.path.remove(str(GPU_BENCH))
 
-BASE = {"PATH": "/usr/bin", "PYTHONPATH": "/tmp/site", "RAY_ADDRESS": "10.0.0.1:6379", "NCCL_NVLS_ENABLE": "0"}
+BASE = {"PATH": "/usr/bin", "PYTHONPATH": "/tmp/site", "RAY_ADDRESS": "10.0.0.1:6379",
+        "NCCL_NVLS_ENABLE": "0"}
 
 
 def test_only_openrlhf_runs_with_the_v1_ray_executor():
@@ -28,7 +30,8 @@ def test_only_openrlhf_runs_with_the_v1_ray_executor():
     assert orl["VLLM_USE_RAY_V2_EXECUTOR_BACKEND"] == "0"
     assert orl["PYTHONPATH"] == f"{PROJECT}:/shim:/tmp/site"
     # a shell that set it must not change how rlrun runs vLLM
-    rl = sbs.system_env("rlrun", {**BASE, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_tmp="/tmp/r", shim="/shim")
+    rl = sbs.system_env("rlrun", {**BASE, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_tmp="/tmp/r",
+                        shim="/shim")
     assert "VLLM_USE_RAY_V2_EXECUTOR_BACKEND" not in rl
     assert rl["PYTHONPATH"] == f"{PROJECT}:/tmp/site"
     for env in (orl, rl):
@@ -37,8 +40,8 @@ def test_only_openrlhf_runs_with_the_v1_ray_executor():
 
 
 def test_verl_gets_its_own_folder_first_and_a_file_logger(tmp_path):
-    env = sbs.system_env("verl", {**BASE, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_tmp="/tmp/r", shim="/shim",
-                         verl_path="/tmp/site/verl-only", run_out=tmp_path)
+    env = sbs.system_env("verl", {**BASE, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_tmp="/tmp/r",
+                         shim="/shim", verl_path="/tmp/site/verl-only", run_out=tmp_path)
     assert env["PYTHONPATH"] == f"/tmp/site/verl-only:{PROJECT}:/tmp/site"  # its antlr4 before the site's
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "metrics.jsonl")
     assert "VLLM_USE_RAY_V2_EXECUTOR_BACKEND" not in env and "/shim" not in env["PYTHONPATH"]
@@ -61,7 +64,8 @@ def test_verl_command_is_the_shape_of_the_other_two(tmp_path):
         "data.train_files": str(tmp_path / "train.parquet"), "data.train_batch_size": "16",  # prompts
         "data.train_max_samples": "96", "data.max_prompt_length": "128", "data.max_response_length": "256",
         "actor_rollout_ref.rollout.n": "4", "actor_rollout_ref.actor.ppo_mini_batch_size": "16",  # one update
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "8", "actor_rollout_ref.actor.ppo_epochs": "1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "8",
+        "actor_rollout_ref.actor.ppo_epochs": "1",
         "actor_rollout_ref.actor.optim.lr": "1e-6", "actor_rollout_ref.rollout.temperature": "1.0",
         "actor_rollout_ref.rollout.gpu_memory_utilization": "0.5", "actor_rollout_ref.hybrid_engine": "true",
         "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.enable_prefix_caching": "false",
@@ -84,7 +88,8 @@ def test_verl_command_follows_the_flags_and_takes_extra_overrides(tmp_path):
     cmd = sbs.verl_command(_args(gpus=4, tp=2, grad_ckpt=True, micro_train=4, micro_rollout=8, prompts=32,
                                  verl_extra=["trainer.use_v1=false"]), tmp_path, tmp_path / "t.parquet")
     o = _overrides(cmd)
-    assert o["trainer.n_gpus_per_node"] == "4" and o["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
+    assert o["trainer.n_gpus_per_node"] == "4"
+    assert o["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "2"
     assert o["actor_rollout_ref.model.enable_gradient_checkpointing"] == "true"
     assert o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "8"
     assert o["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == "8"
@@ -93,8 +98,9 @@ def test_verl_command_follows_the_flags_and_takes_extra_overrides(tmp_path):
 
 CONSOLE = """\
 (TaskRunner pid=4242) step:1 - actor/pg_loss:np.float64(0.01) - timing_s/gen:np.float64(12.5) - \
-timing_s/reward:0.25 - timing_s/old_log_prob:np.float64(1.5) - timing_s/ref:np.float64(1.25) - timing_s/adv:0.01 - \
-timing_s/update_actor:np.float64(4.0) - timing_s/update_weights:np.float64(2.0) - timing_s/step:np.float64(21.6) - \
+timing_s/reward:0.25 - timing_s/old_log_prob:np.float64(1.5) - timing_s/ref:np.float64(1.25) - \
+timing_s/adv:0.01 - timing_s/update_actor:np.float64(4.0) - timing_s/update_weights:np.float64(2.0) - \
+timing_s/step:np.float64(21.6) - \
 timing_per_token_ms/gen:np.float64(0.7) - timing_s/agent_loop/generate_sequences/max:np.float64(9.0)
 (TaskRunner pid=4242) step:2 - timing_s/gen:5.0 - timing_s/old_log_prob:1.0 - timing_s/ref:1.0 - \
 timing_s/update_actor:3.0 - timing_s/update_weights:1.0 - timing_s/step:11.5
@@ -125,7 +131,8 @@ def test_verl_steps_prefer_its_file_logger_and_skip_a_line_being_written(tmp_pat
     assert len(rows) == 1 and rows[0]["step_s"] == 7.0 and rows[0]["phases"]["gen"] == 3.0
     assert "agent_loop" not in rows[0]["phases"]
     # without a step's timing the step is the sum of the phases
-    jsonl.write_text(json.dumps({"step": 1, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0}}) + "\n")
+    jsonl.write_text(json.dumps({"step": 1, "data": {"timing_s/gen": 3.0, "timing_s/update_actor": 2.0}})
+                     + "\n")
     assert sbs.verl_steps(log, jsonl)[0]["step_s"] == 5.0
 
 
@@ -163,14 +170,16 @@ def test_a_missing_verl_is_reported_and_the_run_goes_on(tmp_path, monkeypatch, c
     monkeypatch.setattr(sbs, "verl_available", lambda: False)
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"message": "copy 1=", "answer": "1"}) + "\n")
-    assert sbs.main(["--model", "/m", "--data", str(data), "--out", str(tmp_path / "o"), "--systems", "verl"]) == 0
+    argv = ["--model", "/m", "--data", str(data), "--out", str(tmp_path / "o"), "--systems", "verl"]
+    assert sbs.main(argv) == 0
     got = json.loads((tmp_path / "o" / "side_by_side.json").read_text())
     assert "not installed" in got["verl"]["error"]
     assert "verl: skipped" in capsys.readouterr().out
 
 
 def test_the_table_sets_verl_beside_the_others(capsys):
-    med = {"generate": 1.0, "make_experience": 0.5, "train": 1.0, "sync": 0.2, "step": 3.0, "steps_measured": 2}
+    med = {"generate": 1.0, "make_experience": 0.5, "train": 1.0, "sync": 0.2, "step": 3.0,
+           "steps_measured": 2}
     r = {"shape": {"prompts": 16, "n": 4, "new_tokens": 256, "steps": 3}, "rlrun": {"median": med},
          "openrlhf": {"median": {"generation": 5.0, "step": 15.0, "steps_measured": 2}},
          "verl": {"median": {"gen": 4.0, "make_experience": 2.0, "update_actor": 3.0, "update_weights": 1.0,
