@@ -39,7 +39,8 @@ ZeRO-3 bf16, SDPA attention, KL 0.02 (k1 in the reward), lr 1e-6, temperature 1,
 memory with sleep, no prefix caching, no packing, no DeepSpeed offload. The reward is the share of digits
 in the response (bench/gpu/rewards.py; OpenRLHF gets the same function as bench/gpu/openrlhf_reward.py).
 Medians are over the steps after the first. A system that has not finished when ``--deadline`` seconds of
-the whole run have passed is stopped (its process group) and reported with the steps it finished.
+the whole run (or ``--system-deadline`` seconds of its own) have passed is stopped (its process group) and
+reported with the steps it finished; the results are saved after each system.
 """
 
 from __future__ import annotations
@@ -405,6 +406,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--deadline", type=float, default=560, help="seconds for the whole run")
+    p.add_argument("--system-deadline", type=float, default=0,
+                   help="seconds for each system at most (0: --deadline only): a slow one leaves time")
     p.add_argument("--systems", default="bare,rlrun,openrlhf",
                    help="any of bare,rlrun,openrlhf,verl, run in that order; "
                         "one that fails leaves the others' figures")
@@ -494,7 +497,8 @@ def main(argv=None) -> int:
             return len(rows) >= args.steps
 
         with MemorySampler() as mem:
-            rc, secs = run(name, cmd, env, out / f"{name}.log", deadline, logged)
+            own = min(deadline, time.monotonic() + args.system_deadline) if args.system_deadline else deadline
+            rc, secs = run(name, cmd, env, out / f"{name}.log", own, logged)
         rows = steps_of(name, run_out)
         results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows),
                          "peak_mib": dict(sorted(mem.peak.items())),

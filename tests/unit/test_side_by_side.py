@@ -189,3 +189,24 @@ def test_the_table_sets_verl_beside_the_others(capsys):
     assert "rlrun step / OpenRLHF step: 0.20x" in out and "rlrun step / verl step: 0.25x" in out
     assert "the one change made to OpenRLHF: VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0" in out
     assert "train (OpenRLHF: ppo_train; verl: update_actor)" in out and "verl 2" in out
+
+
+def test_each_system_gets_at_most_its_own_share_of_the_deadline(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(name, cmd, env, log, deadline, done=None):
+        seen[name] = deadline - sbs.time.monotonic()
+        return 0, 1.0
+
+    monkeypatch.setattr(sbs, "run", fake_run)
+    monkeypatch.setattr(sbs, "wait_gpu_free", lambda *a, **k: -1)
+    monkeypatch.setattr(sbs, "verl_available", lambda: True)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"message": "copy 1=", "answer": "1"}) + "\n")
+    argv = ["--model", "/m", "--data", str(data), "--out", str(tmp_path / "o"), "--systems", "rlrun,verl",
+            "--deadline", "900", "--system-deadline", "300"]
+    assert sbs.main(argv) == 0
+    assert set(seen) == {"rlrun", "verl"} and all(250 < s <= 300 for s in seen.values())
+    assert {p.name for p in (tmp_path / "o" / "verl").iterdir()} & {"train.parquet", "train.jsonl"}
+    got = json.loads((tmp_path / "o" / "side_by_side.json").read_text())
+    assert got["verl"]["exit"] == 0 and got["verl"]["steps"] == []  # no log: no steps, and no crash
