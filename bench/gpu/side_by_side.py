@@ -157,13 +157,14 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
     one optimizer step over the whole rollout batch, as ``--train_batch_size prompts x n`` does in the others)
     and in samples per GPU for the micro-batches. Its rollout replicas are ``n_gpus_per_node / TP`` (one per
     TP group of the hybrid engine); the bench asks as many engines as that."""
+    model = Path(args.model).resolve() if Path(args.model).exists() else args.model  # Hydra may chdir
     o = {
         "data.train_files": train_file, "data.val_files": train_file, "data.prompt_key": "prompt",
         "data.train_batch_size": args.prompts, "data.train_max_samples": args.prompts * args.steps,
         "data.max_prompt_length": 128, "data.max_response_length": args.new_tokens, "data.shuffle": False,
         "data.seed": 1,
         "actor_rollout_ref.hybrid_engine": True,
-        "actor_rollout_ref.model.path": args.model,
+        "actor_rollout_ref.model.path": model,
         "actor_rollout_ref.model.enable_gradient_checkpointing": bool(args.grad_ckpt),
         "actor_rollout_ref.model.use_remove_padding": False,
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
@@ -433,7 +434,7 @@ def main(argv=None) -> int:
     args.micro_rollout = args.micro_rollout or args.prompts
     start = time.monotonic()
     deadline = start + args.deadline
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # absolute: verl's Hydra runs it in a folder of its own
     out.mkdir(parents=True, exist_ok=True)
     systems = args.systems.split(",")
     base_env = {**os.environ, **ENV}
