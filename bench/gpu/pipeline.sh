@@ -16,7 +16,11 @@
 #   mini     seed 004 in miniature: site.yml on two loopback nodes of 2 GPUs each, `rlrun check --fabric`,
 #            `rlrun submit --preset 32b-rloo` with 2 vLLM engines of TP 2 colocated (0-3)
 #   sbs7b    7B RLOO colocated on 4 GPUs, 2 engines x TP 2, gradient checkpointing: rlrun, then OpenRLHF
-#            0.11.2 with the same flags (0-3)
+#            0.11.2 with the same flags, then verl 0.9.1 at the same shape (0-3). SBS_SYSTEMS picks some
+#            of rlrun,openrlhf,verl (default all three; results in sbs7b, or sbs7b_<systems> when it is set);
+#            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
+#   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
+#            verl, 6 steps (SBS_SYSTEMS as above)
 #   split7b  7B, policy + reference on GPUs 0-1 (--colocate_actor_ref), one TP-2 engine on 2-3: the weight
 #            push's GB/s with the ZeRO-3 gather included (0-3)
 #   async05  0.5B, policy, reference, engine on a GPU each: synchronous, then --async_train --is_correction
@@ -97,9 +101,18 @@ stage_mini() {
 }
 
 stage_sbs7b() {
-  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b" \
-    --systems rlrun,openrlhf --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 \
-    --steps 3 --micro-train 4 --micro-rollout 8 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 740
+  local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
+    --out "$res/sbs7b${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 \
+    --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 3 --micro-train 4 --micro-rollout 8 \
+    --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 400
+}
+
+stage_sbs05() {
+  local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/side_by_side.py --model $work/m05 \
+    --data $work/data.jsonl --out "$res/sbs05${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" \
+    --steps 6 --params "$(params $work/m05)" --deadline 840 --system-deadline 330
 }
 
 stage_split7b() {
@@ -165,7 +178,8 @@ case ${1:-} in
     [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)  # x4; on one GPU: inputs step1 multiturn
     mkdir -p $work $res
     : >"$status"
-    declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=760 [split7b]=320 [async05]=560 [step1]=560 [multiturn]=220
+    declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
+                       [step1]=560 [multiturn]=220
                        [selftest]=30 [logprob7b]=300 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;

@@ -8,15 +8,39 @@ In order, each in a process of its own with the GPU to itself:
    trainer's generate phase is held to (<= 1.25x);
 2. ``rlrun``: ``python -m trainer.train_ppo_ray``, everything colocated on one GPU (ZeRO-3 policy and
    reference, one vLLM engine that sleeps while training and takes its weights in place), RLOO;
-3. ``openrlhf``: OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` (0.11.2, unmodified) with the same settings
-   in its flag names; its per-step ``timing/*`` are read from its log.
+3. ``openrlhf``: OpenRLHF's own ``openrlhf.cli.train_ppo_ray`` (0.11.2, its code unmodified) with the same
+   settings in its flag names; its per-step ``timing/*`` are read from its log.
 
-Shape (both): 16 prompts x 4 samples, 256 new tokens, train batch 64 in micro-batches of 8, one epoch,
+4. ``verl`` (optional: ``--systems ...,verl``; 0.9.1, unmodified, carried by bench/gpu/collect.sh's verl/):
+   verl's own entry point ``python -m verl.trainer.main_ppo`` with Hydra overrides at the same shape
+   (:func:`verl_command`): its default v1 synchronous trainer, FSDP instead of ZeRO-3 (verl has no
+   DeepSpeed), the hybrid engine (vLLM colocated, sleeping while the actor trains), RLOO, KL 0.02 k1 in the
+   reward (``algorithm.use_kl_in_reward``, fixed ``kl_ctrl``), SDPA attention and no remove-padding (no
+   packing), the same reward through ``reward.custom_reward_function`` (bench/gpu/verl_reward.py). The
+   bench's jsonl becomes verl's parquet (prompt as chat messages, data_source, reward_model.ground_truth:
+   :func:`verl_records`); its per-step ``timing_s/*`` (gen, reward, old_log_prob, ref, adv, update_actor,
+   update_weights, step) are read from its file logger, or its console lines (:func:`verl_steps`). verl
+   serves each rollout replica with vLLM's ``mp`` executor, not Ray's, so the variable below does not
+   concern it. ``--verl-extra`` adds overrides.
+
+The one change made to OpenRLHF: its processes (and only its) run with ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``.
+With TP > 1 its engines use vLLM's Ray executor, and vLLM 0.26.0 picks ``RayExecutorV2`` for that by default
+(``vllm/envs.py``: ``bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1")))``, read in
+``vllm/v1/executor/abstract.py``). ``RayExecutorV2._select_tcpstore_port`` searches its TCPStore port from
+``data_parallel_master_port + 100`` (0 + 100 outside data parallelism), so OpenRLHF's two TP-2 engines,
+started together on one host, both took port 100 and the second died with EADDRINUSE (nvidia-h200-x4,
+2026-11-27). With 0 vLLM uses the V1 ``RayDistributedExecutor``, whose TCPStore port the OS picks
+(``get_open_port()``). rlrun keeps the V2 executor and gives each engine its own search start instead
+(``trainer.rollout.vllm_compat.pin_ray_store_port`` sets ``VLLM_DP_MASTER_PORT`` to a free port - 100 before
+``LLM(...)``); rlrun's processes get the variable removed, so each system runs vLLM as it would by itself.
+
+Shape (all): 16 prompts x 4 samples, 256 new tokens, train batch 64 in micro-batches of 8, one epoch,
 ZeRO-3 bf16, SDPA attention, KL 0.02 (k1 in the reward), lr 1e-6, temperature 1, vLLM at 0.5 of the GPU's
 memory with sleep, no prefix caching, no packing, no DeepSpeed offload. The reward is the share of digits
 in the response (bench/gpu/rewards.py; OpenRLHF gets the same function as bench/gpu/openrlhf_reward.py).
 Medians are over the steps after the first. A system that has not finished when ``--deadline`` seconds of
-the whole run have passed is stopped (its process group) and reported with the steps it finished.
+the whole run (or ``--system-deadline`` seconds of its own) have passed is stopped (its process group) and
+reported with the steps it finished; the results are saved after each system.
 """
 
 from __future__ import annotations
@@ -43,7 +67,17 @@ ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHME
        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "VLLM_USE_FLASHINFER_SAMPLER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
        "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+# The one change made to OpenRLHF (see the docstring), set in its processes only.
+OPENRLHF_ENV = {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}
+OPENRLHF_CHANGE = ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 in its processes only: vLLM 0.26's V1 Ray "
+                   "executor, since RayExecutorV2 gives TP engines starting together on one host the same "
+                   "TCPStore port (EADDRINUSE); rlrun keeps V2 with a port of its own per engine "
+                   "(vllm_compat.pin_ray_store_port)")
 RLRUN_PHASES = ("generate", "score", "sleep", "make_experience", "train", "sync")
+# verl 0.9.1's v1 trainer (verl/trainer/ppo/v1/trainer_base.py, trainer_sync.py): the marked_timer names it
+# logs as timing_s/<name>; "gen" is generation (wake, rollout, sleep), "update_weights" the push to vLLM
+VERL_PHASES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
+VERL_EXPERIENCE = ("reward", "old_log_prob", "ref", "adv")  # what rlrun and OpenRLHF call make_experience
 OPENRLHF_PHASES = ("generation", "make_experience", "ppo_train", "broadcast")
 
 
@@ -73,6 +107,28 @@ PLACEMENTS = {"colocated": ["--colocate_all_models", "--vllm_enable_sleep"], "ac
               "split": []}
 
 
+def system_env(name: str, base: dict, *, ray_tmp: str, shim: str, verl_path: str = "",
+               run_out: Path | None = None) -> dict:
+    """The environment of one system's run: ``base`` (this process's, with :data:`ENV`), a Ray temp dir of
+    its own, no Ray address to join, the project on the path; for OpenRLHF also the stand-in flash_attn and
+    :data:`OPENRLHF_ENV`, which every other system runs without (removed if the caller's shell had it); for
+    verl its own folder first (antlr4 4.9.3 for Hydra, where the shared site holds 4.13 for math-verify) and
+    its file logger's path in ``run_out``. Ray's workers inherit it: each system starts its own local Ray."""
+    env = {k: v for k, v in base.items() if k not in OPENRLHF_ENV and k != "RAY_ADDRESS"}
+    paths = [str(PROJECT)]
+    if name == "openrlhf":
+        paths.append(shim)
+        env.update(OPENRLHF_ENV)
+    elif name == "verl":
+        paths.insert(0, verl_path)
+        env["HYDRA_FULL_ERROR"] = "1"
+        if run_out is not None:
+            env["VERL_FILE_LOGGER_PATH"] = str(run_out / "metrics.jsonl")
+    env["RAY_TMPDIR"] = ray_tmp
+    env["PYTHONPATH"] = ":".join([*paths, base.get("PYTHONPATH", "")])
+    return env
+
+
 def openrlhf_command(args, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "openrlhf.cli.train_ppo_ray", "--actor.model_name_or_path", args.model,
            "--data.prompt_dataset", args.data, "--data.input_key", "message", "--data.label_key", "answer",
@@ -92,6 +148,85 @@ def openrlhf_command(args, out: Path) -> list[str]:
     if args.grad_ckpt:
         cmd.append("--actor.gradient_checkpointing_enable")
     return cmd
+
+
+def verl_command(args, out: Path, train_file: Path) -> list[str]:
+    """verl's own trainer at the shape of the other two, as Hydra overrides of its ppo_trainer config.
+
+    Batch sizes are in prompts where verl counts prompts (``data.train_batch_size``, ``ppo_mini_batch_size``:
+    one optimizer step over the whole rollout batch, as ``--train_batch_size prompts x n`` does in the others)
+    and in samples per GPU for the micro-batches. Its rollout replicas are ``n_gpus_per_node / TP`` (one per
+    TP group of the hybrid engine); the bench asks as many engines as that."""
+    model = Path(args.model).resolve() if Path(args.model).exists() else args.model  # Hydra may chdir
+    o = {
+        "data.train_files": train_file, "data.val_files": train_file, "data.prompt_key": "prompt",
+        "data.train_batch_size": args.prompts, "data.train_max_samples": args.prompts * args.steps,
+        "data.max_prompt_length": 128, "data.max_response_length": args.new_tokens, "data.shuffle": False,
+        "data.seed": 1,
+        "actor_rollout_ref.hybrid_engine": True,
+        "actor_rollout_ref.model.path": model,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": bool(args.grad_ckpt),
+        "actor_rollout_ref.model.use_remove_padding": False,
+        "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        "actor_rollout_ref.actor.optim.lr": "1e-6",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": args.prompts,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": args.micro_train,
+        "actor_rollout_ref.actor.ppo_epochs": 1, "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.actor.entropy_coeff": 0,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": args.micro_rollout,
+        "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.n": args.n,
+        "actor_rollout_ref.rollout.temperature": 1.0,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": args.gpu_util,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": args.tp,
+        "actor_rollout_ref.rollout.enable_prefix_caching": False,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": args.micro_rollout,
+        "algorithm.adv_estimator": "rloo", "algorithm.use_kl_in_reward": True, "algorithm.kl_penalty": "kl",
+        "algorithm.kl_ctrl.type": "fixed", "algorithm.kl_ctrl.kl_coef": 0.02,
+        "reward.custom_reward_function.path": HERE / "verl_reward.py",
+        "reward.custom_reward_function.name": "compute_score",
+        "trainer.nnodes": 1, "trainer.n_gpus_per_node": args.gpus, "trainer.total_epochs": 1,
+        "trainer.total_training_steps": args.steps, "trainer.logger": "[console,file]",
+        "trainer.val_before_train": False, "trainer.test_freq": -1, "trainer.save_freq": -1,
+        "trainer.resume_mode": "disable", "trainer.project_name": "side_by_side",
+        "trainer.experiment_name": "verl",
+        "trainer.default_local_dir": out / "ckpt", "hydra.run.dir": out / "hydra",
+    }
+    text = {k: str(v) if not isinstance(v, bool) else str(v).lower() for k, v in o.items()}
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *(f"{k}={v}" for k, v in text.items()),
+            *args.verl_extra]
+
+
+def verl_records(rows: list[dict], input_key: str = "message", label_key: str = "answer",
+                 source: str = "side_by_side") -> list[dict]:
+    """The bench's records as verl's RL dataset rows: ``prompt`` as chat messages (a plain string becomes one
+    user message), ``data_source``, ``reward_model.ground_truth`` (the label, text), ``extra_info.index``."""
+    out = []
+    for i, row in enumerate(rows):
+        prompt = row[input_key]
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        out.append({"data_source": source, "ability": "copy",
+                    "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in messages],
+                    "reward_model": {"style": "rule", "ground_truth": str(row.get(label_key, ""))},
+                    "extra_info": {"split": "train", "index": i}})
+    return out
+
+
+def write_verl_data(src: Path, dst_dir: Path) -> Path:
+    """``src`` (the bench's jsonl) as verl's training file in ``dst_dir``: parquet through pyarrow (on the GPU
+    image), or jsonl, which verl 0.9.1's RLHFDataset also reads, where pyarrow is missing."""
+    rows = [json.loads(line) for line in Path(src).read_text().splitlines() if line.strip()]
+    records = verl_records(rows)
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        path = dst_dir / "train.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return path
+    path = dst_dir / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(records), path)
+    return path
 
 
 class MemorySampler:
@@ -212,6 +347,43 @@ def openrlhf_steps(log: Path) -> list[dict]:
     return rows
 
 
+VERL_STEP_RE = re.compile(r"\bstep:(\d+) - (.*)$")
+VERL_NUM_RE = re.compile(r"\btiming_s/([a-z_]+):(?:np\.float\d+\()?([0-9.eE+-]+)")
+
+
+def verl_steps(log: Path, jsonl: Path | None = None) -> list[dict]:
+    """verl's steps, from its file logger's jsonl (``{"step": N, "data": {...}}`` a line) where there is one,
+    else from its console lines (``step:N - timing_s/gen:5.1 - ...``, numpy floats as ``np.float64(5.1)``,
+    behind Ray's ``(TaskRunner pid=...)``). Each step's phases are :data:`VERL_PHASES` plus their
+    make_experience (:data:`VERL_EXPERIENCE` summed); ``step_s`` is verl's own ``timing_s/step``."""
+    found: list[tuple[int, dict]] = []
+    if jsonl is not None and jsonl.exists():
+        for line in jsonl.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:  # empty, or being written
+                continue
+            data = rec.get("data", {}) if isinstance(rec, dict) else {}
+            timing = {k.removeprefix("timing_s/"): float(v) for k, v in data.items()
+                      if k.startswith("timing_s/") and "/" not in k[9:] and isinstance(v, (int, float))}
+            if timing:
+                found.append((int(rec["step"]), timing))
+    if not found and log.exists():
+        for line in log.read_text(errors="replace").splitlines():
+            m = VERL_STEP_RE.search(line)
+            if m:
+                timing = {k: float(v) for k, v in VERL_NUM_RE.findall(m.group(2))}
+                if timing:
+                    found.append((int(m.group(1)), timing))
+    rows = []
+    for step, timing in found:
+        phases = {p: timing.get(p, 0.0) for p in VERL_PHASES}
+        phases["make_experience"] = sum(phases[p] for p in VERL_EXPERIENCE)
+        rows.append({"step": step, "phases": phases,
+                     "step_s": timing.get("step", sum(phases[p] for p in VERL_PHASES))})
+    return rows
+
+
 def medians(rows: list[dict]) -> dict:
     later = rows[1:] or rows
     if not later:
@@ -235,7 +407,11 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--deadline", type=float, default=560, help="seconds for the whole run")
-    p.add_argument("--systems", default="bare,rlrun,openrlhf")
+    p.add_argument("--system-deadline", type=float, default=0,
+                   help="seconds for each system at most (0: --deadline only): a slow one leaves time")
+    p.add_argument("--systems", default="bare,rlrun,openrlhf",
+                   help="any of bare,rlrun,openrlhf,verl, run in that order; "
+                        "one that fails leaves the others' figures")
     p.add_argument("--gpus", type=int, default=1, help="GPUs of the one node: actor and reference ranks")
     p.add_argument("--placement", choices=sorted(PLACEMENTS), default="colocated",
                    help="rlrun only: split places the engines (and the reference) on GPUs of their own")
@@ -250,11 +426,15 @@ def main(argv=None) -> int:
     p.add_argument("--rlrun-extra", type=shlex.split, default=[],
                    help="more flags for rlrun only, one string: --rlrun-extra='--async_train --is_correction tis'")
     p.add_argument("--shim", default=str(HERE / "openrlhf_shim"), help="the stand-in flash_attn (see its README)")
+    p.add_argument("--verl-extra", type=shlex.split, default=[],
+                   help="more Hydra overrides for verl only, one string: --verl-extra='trainer.use_v1=false'")
+    p.add_argument("--verl-path", default="/tmp/site/verl-only",
+                   help="put first on verl's PYTHONPATH (collect.sh installs antlr4 4.9.3 there for Hydra)")
     args = p.parse_args(argv)
     args.micro_rollout = args.micro_rollout or args.prompts
     start = time.monotonic()
     deadline = start + args.deadline
-    out = Path(args.out)
+    out = Path(args.out).resolve()  # absolute: verl's Hydra runs it in a folder of its own
     out.mkdir(parents=True, exist_ok=True)
     systems = args.systems.split(",")
     base_env = {**os.environ, **ENV}
@@ -274,41 +454,79 @@ def main(argv=None) -> int:
         print(f"bare: {results['bare']}", flush=True)
         wait_gpu_free()
 
-    for name, make_cmd in (("rlrun", rlrun_command), ("openrlhf", openrlhf_command)):
+    def steps_of(name: str, run_out: Path) -> list[dict]:
+        if name == "rlrun":
+            return rlrun_steps(run_out)
+        if name == "openrlhf":
+            return openrlhf_steps(out / "openrlhf.log")
+        return verl_steps(out / "verl.log", run_out / "metrics.jsonl")
+
+    for name in ("rlrun", "openrlhf", "verl"):
         if name not in systems:
             continue
         run_out = out / name
         shutil.rmtree(run_out, ignore_errors=True)
         run_out.mkdir(parents=True)
+        if name == "verl":
+            try:  # verl is optional: what stops it here must not cost the others' figures
+                cmd = verl_available() and verl_command(args, run_out,
+                                                        write_verl_data(Path(args.data), run_out))
+            except Exception as exc:  # noqa: BLE001 - reported in the results, not raised
+                cmd, results["verl"] = None, {"error": f"preparing verl's data: {exc!r}"}
+            if not cmd:
+                results.setdefault("verl", {"error": "verl is not installed (bench/gpu/collect.sh verl/)"})
+                print(f"verl: skipped: {results['verl']['error']}", flush=True)
+                save(out, results)
+                continue
+            if args.engines * args.tp != args.gpus:
+                print(f"verl: its rollout replicas are GPUs / TP = {args.gpus // args.tp}, not --engines "
+                      f"{args.engines}", flush=True)
+        else:
+            cmd = rlrun_command(args, run_out) if name == "rlrun" else openrlhf_command(args, run_out)
         ray_tmp = tempfile.mkdtemp(prefix=f"sbs{name[0]}", dir="/tmp")  # short: Ray's socket paths
-        pythonpath = [str(PROJECT)] + ([args.shim] if name == "openrlhf" else [])
-        env = {**base_env, "RAY_TMPDIR": ray_tmp,
-               "PYTHONPATH": ":".join([*pythonpath, os.environ.get("PYTHONPATH", "")])}
-        env.pop("RAY_ADDRESS", None)
-        if name == "openrlhf" and cuda_arch():
-            env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
+        env = system_env(name, base_env, ray_tmp=ray_tmp, shim=args.shim, verl_path=args.verl_path,
+                         run_out=run_out)
+        if name == "openrlhf":
+            print(f"openrlhf: the one change made to OpenRLHF: {OPENRLHF_CHANGE}", flush=True)
+            if cuda_arch():
+                env["TORCH_CUDA_ARCH_LIST"] = cuda_arch()
         def logged(name=name, run_out=run_out) -> bool:
             try:  # a line being written is not a step yet
-                rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
+                rows = steps_of(name, run_out)
             except ValueError:
                 return False
             return len(rows) >= args.steps
 
         with MemorySampler() as mem:
-            rc, secs = run(name, make_cmd(args, run_out), env, out / f"{name}.log", deadline, logged)
-        rows = rlrun_steps(run_out) if name == "rlrun" else openrlhf_steps(out / f"{name}.log")
+            own = min(deadline, time.monotonic() + args.system_deadline) if args.system_deadline else deadline
+            rc, secs = run(name, cmd, env, out / f"{name}.log", own, logged)
+        rows = steps_of(name, run_out)
         results[name] = {"exit": rc, "seconds": secs, "steps": rows, "median": medians(rows),
                          "peak_mib": dict(sorted(mem.peak.items())),
                          "first_step_s": rows[0]["step_s"] if rows else None}
+        if name == "openrlhf":
+            results[name]["changed_env"] = OPENRLHF_ENV
         print(f"{name}: exit {rc} after {secs:.0f} s, {len(rows)} steps; median {results[name]['median']}", flush=True)
         if rc not in (0, None):
             print("".join((out / f"{name}.log").read_text(errors="replace").splitlines(True)[-40:]), flush=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+        save(out, results)  # after each system: a later one that hangs or kills the stage leaves these
         wait_gpu_free()
 
-    (out / "side_by_side.json").write_text(json.dumps(results, indent=1, default=str))
+    save(out, results)
     table(results)
     return 0
+
+
+def save(out: Path, results: dict) -> None:
+    (out / "side_by_side.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+def verl_available() -> bool:
+    """Whether verl and Hydra can be imported here (found, not imported: importing verl takes seconds)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("verl", "hydra"))
 
 
 def mfu(train_s: float, tokens: float, params: float, gpus: int, peak_tflops: float, grad_ckpt: bool) -> float:
@@ -320,32 +538,51 @@ def mfu(train_s: float, tokens: float, params: float, gpus: int, peak_tflops: fl
 
 def table(r: dict) -> None:
     a, b, bare = r.get("rlrun", {}).get("median", {}), r.get("openrlhf", {}).get("median", {}), r.get("bare", {})
+    c, with_verl = r.get("verl", {}).get("median", {}), "verl" in r
     sh = r["shape"]
     print(f"\none step: {sh['prompts']} prompts x {sh['n']} samples x {sh['new_tokens']} new tokens, RLOO, "
           f"{sh.get('placement', 'colocated')} placement, actor on {sh.get('gpus', 1)} GPU(s), {sh.get('engines', 1)} engine(s) x TP {sh.get('tp', 1)}")
-    print(f"{'phase':<34}{'rlrun':>10}{'OpenRLHF':>10}")
-    pairs = [("generate (OpenRLHF: generation)", "generate", "generation"), ("engine sleep", "sleep", None),
-             ("make_experience", "make_experience", "make_experience"), ("train (OpenRLHF: ppo_train)", "train", "ppo_train"),
-             ("sync (OpenRLHF: broadcast)", "sync", "broadcast"), ("step (sum of phases)", "step", "step"),
-             ("step (wall, between log lines)", "wall", None)]
-    for label, ka, kb in pairs:
+    width = 52 if with_verl else 34
+    print(f"{'phase':<{width}}{'rlrun':>10}{'OpenRLHF':>10}" + (f"{'verl':>10}" if with_verl else ""))
+    rows4 = [  # the label of the two-system table, the verl column's note, then each system's key
+        ("generate (OpenRLHF: generation)", "; verl: gen", "generate", "generation", "gen"),
+        ("engine sleep", "", "sleep", None, None),
+        ("make_experience", " (verl: reward+old_log_prob+ref+adv)", "make_experience", "make_experience",
+         "make_experience"),
+        ("train (OpenRLHF: ppo_train)", "; verl: update_actor", "train", "ppo_train", "update_actor"),
+        ("sync (OpenRLHF: broadcast)", "; verl: update_weights", "sync", "broadcast", "update_weights"),
+        ("step (sum of phases)", "; verl: its timing_s/step", "step", "step", "step"),
+        ("step (wall, between log lines)", "", "wall", None, None)]
+    for label, note, ka, kb, kc in rows4:
+        if with_verl and note:
+            label = label[:-1] + note + ")" if note.startswith(";") else label + note
         va = f"{a[ka]:.2f} s" if ka in a else "-"
         vb = f"{b[kb]:.2f} s" if kb and kb in b else "-"
-        print(f"{label:<34}{va:>10}{vb:>10}")
-    print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, OpenRLHF {b.get('steps_measured', 0)}")
-    for name in ("rlrun", "openrlhf"):
+        vc = f"{c[kc]:.2f} s" if kc and kc in c else "-"
+        print(f"{label:<{width}}{va:>10}{vb:>10}" + (f"{vc:>10}" if with_verl else ""))
+    verl_steps_measured = f", verl {c.get('steps_measured', 0)}" if with_verl else ""
+    print(f"steps measured (after the first): rlrun {a.get('steps_measured', 0)}, "
+          f"OpenRLHF {b.get('steps_measured', 0)}{verl_steps_measured}")
+    for name in ("rlrun", "openrlhf", "verl"):
         got = r.get(name, {})
         if got.get("peak_mib"):
             print(f"{name}: peak GPU memory per GPU (MiB, nvidia-smi): {got['peak_mib']}; step 1 {got.get('first_step_s')}")
+        if got.get("error"):
+            print(f"{name}: {got['error']}")
     rows = r.get("rlrun", {}).get("steps", [])
     tokens = statistics.median(x.get("tokens/real", 0.0) for x in rows[1:]) if len(rows) > 1 else 0.0
     if sh.get("params") and tokens:
-        for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train")):
+        for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train"),
+                               ("verl", c, "update_actor")):
             if key in med and med[key] > 0:
                 print(f"{name} train-phase MFU: {100 * mfu(med[key], tokens, sh['params'], sh.get('gpus', 1), 989.4, sh.get('grad_ckpt', False)):.1f} % "
                       f"({tokens:,.0f} tokens a step, {sh['params'] / 1e9:.2f}B parameters)")
+    if "openrlhf" in r:
+        print(f"the one change made to OpenRLHF: {OPENRLHF_CHANGE}")
     if "step" in a and "step" in b:
         print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x (target <= 0.8)")
+    if "step" in a and "step" in c:
+        print(f"rlrun step / verl step: {a['step'] / c['step']:.2f}x")
     if "step" in a:
         print(f"rlrun colocated step: {a['step']:.2f} s (target <= 6)")
     if "generate" in a and "seconds" in bare:
