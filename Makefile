@@ -52,7 +52,7 @@ status: venv
 # System packages first (scripts/system-deps.sh installs what is missing as
 # root, else stops at once with the install line), so no scenario is skipped.
 # Then two lanes side by side (scripts/lanes.sh; each line prefixed with its lane's name):
-#   lane-1   pytest-clusters (the session's one-node cluster, the multinode lab, the Slurm lab), molecule default +
+#   lane-1   pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories), molecule default +
 #            multinode
 #   lane-2   pytest-rest (trainer, services, firewall lab, validation, unit), the role scenarios
 # They share no cluster, port, address range or state directory, and both spend much of their time
@@ -81,10 +81,13 @@ check: dev lint
 
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
 # 127.0.0.4, ports 8600-8999), of the multinode lab (network namespaces 10.244.52.0/24) and of the Slurm lab
-# (10.245.61.0/24), about half of the suite's time (lanes balanced on a CI run's durations, 2026-11-26).
-# Every other file under tests/ runs in pytest-rest (--ignore of these), so a new file is never left out.
+# (10.245.61.0/24), and the bad inventories' playbook runs (127.0.0.9, refused before any host is touched):
+# about half of the suite's time. Balanced on a CI run's durations (2026-11-27: lane-1 1435 s, lane-2 1682 s
+# with test_validate_inventory's ~110 s in lane-2). Every other file under tests/ runs in pytest-rest
+# (--ignore of these), so a new file is never left out.
 CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
-  test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py)
+  test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py \
+  test_validate_inventory.py)
 
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must. Each pytest run has a
 # base temp dir of its own (two sessions at once). In-process vLLM tests run in a process of their
