@@ -83,7 +83,10 @@ def test_hf_engine_runs_the_code_and_masks_its_output(env):
         assert s.response_token_ids[len(call):len(call) + len(block)] == block  # what the sandbox printed
         assert s.action_mask[:len(call)] == [1] * len(call)
         assert s.action_mask[len(call):len(call) + len(block)] == [0] * len(block)
-        assert 1 <= s.tool_calls <= 2 and len(s.response_token_ids) == len(s.action_mask) <= MAX_NEW
+        # each call's output is one masked run of the response: the engine's count of calls must say as many
+        masked_runs = sum(1 for k, m in enumerate(s.action_mask) if m == 0 and (k == 0 or s.action_mask[k - 1] == 1))
+        assert s.tool_calls == masked_runs
+        assert len(s.response_token_ids) <= MAX_NEW  # inserted outputs count against the token budget
     # a cap on the result text: the output is cut to 2 tokens and marked
     capped, _ = engine.generate_with_tools([env["prompt"]], n=1, temperature=0.0, max_new_tokens=MAX_NEW, seed=1,
                                            tools=_settings(tool_max_result_tokens=2))
