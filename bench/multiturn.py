@@ -43,22 +43,9 @@ sys.path.insert(0, str(PROJECT))
 
 def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 300) -> None:
     """A few seconds of supervised steps so the random-init model writes the search call."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trainer.tiny import teach as fit
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    rows = [(tok(p, add_special_tokens=False).input_ids, tok(t, add_special_tokens=False).input_ids)
-            for p, t in zip(prompts, targets, strict=True)]
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    torch.manual_seed(0)
-    for step in range(steps):
-        p, t = rows[step % len(rows)]
-        loss = model(input_ids=torch.tensor([p + t]), labels=torch.tensor([[-100] * len(p) + t])).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.save_pretrained(model_dir)
+    fit(model_dir, list(zip(prompts, targets, strict=True)), steps)
 
 
 @contextlib.contextmanager

@@ -149,6 +149,35 @@ def make_model(
     return out
 
 
+def teach(model_dir: str | Path, pairs: Sequence[tuple[str, str]], steps: int, *, lr: float = 3e-3, seed: int = 0,
+          stop_below: float | None = None) -> float:
+    """Supervised steps that fit the model in ``model_dir`` to answer each prompt with its target, EOS not taught
+    (the tool-call format a multi-turn test or bench needs of a random-init model before RL): one pair per step,
+    in turn, seeded without touching the caller's random state; it stops early once a step's loss is below
+    ``stop_below``. The model is saved in place; returns the last step's loss."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    rows = [(tok(p, add_special_tokens=False).input_ids, tok(t, add_special_tokens=False).input_ids) for p, t in pairs]
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    loss = float("nan")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for step in range(steps):
+            p, t = rows[step % len(rows)]
+            out = model(input_ids=torch.tensor([p + t]), labels=torch.tensor([[-100] * len(p) + t])).loss
+            opt.zero_grad()
+            out.backward()
+            opt.step()
+            loss = out.item()
+            if stop_below is not None and loss < stop_below:
+                break
+    model.save_pretrained(model_dir)
+    return loss
+
+
 def math_records(
     n: int = 256,
     seed: int = 0,

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import requests
-import torch
 
 from tests.conftest import PROJECT
 
@@ -39,25 +38,10 @@ def _free_port() -> int:
 
 def _teach_search(model_dir, prompt: str, target: str, steps: int = 400) -> None:
     """Fit the model to answer `prompt` with `target` (then EOS is not taught: it goes on searching)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trainer.tiny import teach
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    p = tok(prompt, add_special_tokens=False).input_ids
-    t = tok(target, add_special_tokens=False).input_ids
-    ids, labels = torch.tensor([p + t]), torch.tensor([[-100] * len(p) + t])
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        for _ in range(steps):
-            loss = model(input_ids=ids, labels=labels).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if loss.item() < 0.01:
-                break
-    assert loss.item() < 0.05, f"the tiny model did not learn the search call (loss {loss.item():.3f})"
-    model.save_pretrained(model_dir)
+    loss = teach(model_dir, [(prompt, target)], steps, stop_below=0.01)
+    assert loss < 0.05, f"the tiny model did not learn the search call (loss {loss:.3f})"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from tests.conftest import PROJECT
 
@@ -22,21 +21,9 @@ MAX_NEW = 96
 
 def _teach(model_dir, pairs: list[tuple[str, str]], steps: int = 500) -> None:
     """Fit the model to answer each prompt with its target (EOS not taught)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trainer.tiny import teach
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    rows = [(tok(p, add_special_tokens=False).input_ids, tok(t, add_special_tokens=False).input_ids) for p, t in pairs]
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        for step in range(steps):
-            p, t = rows[step % len(rows)]
-            loss = model(input_ids=torch.tensor([p + t]), labels=torch.tensor([[-100] * len(p) + t])).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.save_pretrained(model_dir)
+    teach(model_dir, pairs, steps)
 
 
 @pytest.fixture(scope="module")
