@@ -3,7 +3,8 @@ the module): gather_zero3_params gives full tensors on every rank, and iter_zero
 per bucket) equals the GatheredParameters path; parameter sizes that do not split evenly test the padding.
 The bucket path runs with parameters partitioned like the big ones (persistence threshold 0) and with
 persistent ones (DeepSpeed's default threshold: small parameters stay whole on every rank), before and
-after an optimizer step."""
+after an optimizer step. trainer.learn.hf_save writes a partitioned Llama shard by shard that from_pretrained loads
+bit for bit."""
 
 from __future__ import annotations
 
@@ -78,6 +79,34 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         torch.save({"before": before, "after": _buckets(engine), "persistent": persistent},
                    os.path.join(out_dir, f"buckets-{threshold}-{rank}.pt"))
 
+    _save_hf(rank, cfg, out_dir)
+
+
+HF_SHARD_BYTES = 20_000  # the tiny Llama below in several shards
+
+
+def _save_hf(rank: int, cfg: dict, out_dir: str) -> None:
+    """trainer.learn.hf_save on a partitioned Llama: every rank gathers, rank 0 writes shard by shard."""
+    import deepspeed
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.learn.hf_save import save_model
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, vocab_size=97, tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(0)
+    with deepspeed.zero.Init(config_dict_or_path=cfg):
+        model = LlamaForCausalLM(config)
+    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+    partitioned = all(p.numel() == 0 for p in engine.module.parameters())
+    stats = save_model(engine.module, os.path.join(out_dir, "hf"), rank=rank, max_shard_bytes=HF_SHARD_BYTES)
+    gathered = {n: t.clone() for n, t in gather_zero3_params(engine, bucket_bytes=1 << 20)}
+    if rank == 0:
+        torch.save({"stats": stats, "gathered": gathered, "partitioned": partitioned},
+                   os.path.join(out_dir, "hf-0.pt"))
+    else:
+        assert stats is None
+
 
 def _buckets(engine) -> dict:
     out = {}
@@ -135,3 +164,19 @@ def test_allgather_buckets_equal_the_gathered_parameters_path(ranks: Path, thres
             assert sorted(seen) == sorted(want)
             for name, tensor in want.items():
                 assert torch.equal(seen[name], tensor), (rank, bucket_bytes, name)
+
+
+def test_the_hf_save_of_a_partitioned_model_streams_shards_that_from_pretrained_loads(ranks: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    got = torch.load(ranks / "hf-0.pt", weights_only=False)
+    assert got["partitioned"], "the model was not partitioned: the test would not gather anything"
+    stats, gathered = got["stats"], got["gathered"]
+    shards = sorted((ranks / "hf").glob("model-*-of-*.safetensors"))
+    assert stats.shards == len(shards) > 2
+    largest = max(t.numel() * t.element_size() for t in gathered.values())
+    assert stats.peak_bytes <= max(HF_SHARD_BYTES, largest) < stats.total_bytes
+    loaded = AutoModelForCausalLM.from_pretrained(ranks / "hf").state_dict()
+    assert sorted(loaded) == sorted(gathered)
+    for name, tensor in gathered.items():
+        assert bits_equal(loaded[name], tensor), name

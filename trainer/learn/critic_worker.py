@@ -123,17 +123,16 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         return totals
 
     def save_hf(self, directory: str) -> None:
-        """The backbone with save_pretrained and the head as value_head.safetensors, from rank 0."""
+        """The backbone as an HF model (streamed, trainer.learn.hf_save) and the head as value_head.safetensors,
+        from rank 0; all ranks call it."""
         import deepspeed
         from safetensors.torch import save_file
 
+        from trainer.learn.hf_save import save_model
+
         module = self.engine.module
-        state: dict[str, torch.Tensor] = {}
-        for name, param in module.named_parameters():
-            with deepspeed.zero.GatheredParameters([param], enabled=hasattr(param, "ds_id")):
-                if self.rank == 0:
-                    state[name] = param.data.detach().clone().cpu()
-        if self.rank == 0:
-            backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
-            module.backbone.save_pretrained(directory, state_dict=backbone, safe_serialization=True)
-            save_file({"weight": state["value_head.weight"].contiguous()}, f"{directory}/value_head.safetensors")
+        save_model(module, directory, rank=self.rank, prefix="backbone.")
+        head = module.value_head.weight
+        with deepspeed.zero.GatheredParameters([head], enabled=hasattr(head, "ds_id")):
+            if self.rank == 0:
+                save_file({"weight": head.data.detach().cpu().contiguous()}, f"{directory}/value_head.safetensors")

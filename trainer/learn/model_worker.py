@@ -343,7 +343,11 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         return state if self.rank == 0 else None
 
     def save_hf(self, directory: str) -> None:
-        """HF-format weights (save_pretrained of the gathered parameters) from rank 0; all ranks call it."""
-        state = self.full_state()
-        if self.rank == 0:
-            self.engine.module.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        """HF-format weights and config, streamed shard by shard from rank 0 (trainer.learn.hf_save); all ranks
+        call it."""
+        from trainer.learn.hf_save import save_model
+
+        stats = save_model(self.engine.module, directory, rank=self.rank)
+        if stats is not None:
+            print(f"saved {directory}: {stats.shards} shard(s), {stats.total_bytes / 2**30:.2f} GiB; "
+                  f"rank 0 held {stats.peak_bytes / 2**30:.2f} GiB at most", flush=True)
