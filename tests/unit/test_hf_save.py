@@ -142,3 +142,37 @@ def test_rank_0_lets_go_of_a_shard_before_it_gathers_the_next(model, tmp_path, m
     save_model(model, tmp_path, rank=0, max_shard_bytes=40_000)
     assert len(alive_at_write) > 2
     assert alive_at_write == [0] * len(alive_at_write), "an earlier shard's tensors were still held"
+
+
+def test_renamings_are_reversed_as_save_pretrained_reverses_them_and_a_converter_saves_whole(model, tmp_path,
+                                                                                               monkeypatch):
+    """Loaded under ZeRO-3, transformers 5 attaches its legacy renamings (LayerNorm.gamma -> .weight, ...) to a
+    dense model: they match none of its names, and the save still streams. A renaming that does match is
+    reversed per name, as save_pretrained reverses it; a converter (fused experts) cannot be done shard by
+    shard."""
+    from transformers.core_model_loading import WeightRenaming
+
+    from trainer.learn.hf_save import saved_names
+
+    names = [n for n, _ in model.named_parameters()]
+    legacy = [WeightRenaming(source_patterns=["LayerNorm.gamma"], target_patterns=["LayerNorm.weight"]),
+              WeightRenaming(source_patterns=[".weight_g$"], target_patterns=[".parametrizations.weight.original0"])]
+    monkeypatch.setattr(model, "_weight_conversions", legacy, raising=False)
+    assert saved_names(model, names) == {n: n for n in names}
+
+    renamed = [WeightRenaming(source_patterns=["mlp.upper"], target_patterns=["mlp.up_proj"])]
+    monkeypatch.setattr(model, "_weight_conversions", renamed, raising=False)
+    stats = save_model(model, tmp_path / "ours", rank=0, max_shard_bytes=40_000)
+    assert stats.shards > 2
+    model.save_pretrained(tmp_path / "theirs", safe_serialization=True)
+    want, got = _tensors(tmp_path / "theirs"), _tensors(tmp_path / "ours")
+    assert any("mlp.upper" in n for n in want), "the renaming was not applied by save_pretrained either"
+    assert sorted(got) == sorted(want)
+    for name, t in want.items():
+        assert torch.equal(got[name], t), name
+
+    class Converter:  # anything but a renaming
+        pass
+
+    monkeypatch.setattr(model, "_weight_conversions", [*legacy, Converter()], raising=False)
+    assert saved_names(model, names) is None

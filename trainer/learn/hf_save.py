@@ -75,8 +75,9 @@ def shard_names(count: int) -> list[str]:
 
 
 def weight_conversions(module: Any) -> list:
-    """What transformers would convert when saving ``module`` (names and layouts changed at load); [] for the
-    dense models rlrun trains (Qwen2, Llama) and for transformers without conversions."""
+    """What transformers would convert when saving ``module`` (names and layouts changed at load); [] for
+    transformers without conversions. Loaded under DeepSpeed ZeRO-3, a dense Llama carries the legacy renamings
+    (``LayerNorm.gamma`` -> ``LayerNorm.weight``, ...), which match none of its names."""
     conversions = getattr(module, "_weight_conversions", None)
     if conversions is None:
         try:
@@ -87,6 +88,31 @@ def weight_conversions(module: Any) -> list:
         conversions = [c for c in get_model_conversion_mapping(module, add_legacy=False)
                        if not isinstance(c, PrefixChange)]  # fmt: skip
     return list(conversions or [])
+
+
+def saved_names(module: Any, names: Sequence[str]) -> dict[str, str] | None:
+    """name -> the name ``save_pretrained`` would write it under (its conversions reversed, as it reverses
+    them); None where a conversion needs several tensors at once (fused experts), which a save shard by shard
+    cannot do."""
+    conversions = weight_conversions(module)
+    if not conversions:
+        return {n: n for n in names}
+    try:
+        from transformers.core_model_loading import WeightRenaming, revert_weight_conversion
+    except ImportError:
+        return None
+    if not all(isinstance(c, WeightRenaming) for c in conversions):
+        return None
+    probe = {n: torch.empty(0) for n in names}  # renamings only look at the names
+    try:
+        reverted = revert_weight_conversion(module, dict(probe))
+    except Exception:  # noqa: BLE001 (a conversion this code does not know: the whole-model save decides)
+        return None
+    back = {id(t): k for k, t in reverted.items()}
+    mapping = {n: back.get(id(t)) for n, t in probe.items()}
+    if len(reverted) != len(probe) or None in mapping.values() or len(set(mapping.values())) != len(mapping):
+        return None
+    return mapping  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
@@ -171,8 +197,10 @@ def save_model(module: Any, directory: str | os.PathLike, *, rank: int, prefix: 
     ``save_pretrained``. Every rank calls it."""
     owner = module.get_submodule(prefix.rstrip(".")) if prefix else module
     named = [(n[len(prefix):], p) for n, p in module.named_parameters() if n.startswith(prefix)]
-    if not weight_conversions(owner):
-        return save_streamed(named, directory, rank=rank, config_owner=owner, max_shard_bytes=max_shard_bytes)
+    mapping = saved_names(owner, [n for n, _ in named])
+    if mapping is not None:
+        return save_streamed([(mapping[n], p) for n, p in named], directory, rank=rank, config_owner=owner,
+                             max_shard_bytes=max_shard_bytes)  # fmt: skip
     state: dict[str, torch.Tensor] = {}
     for name, param in named:
         with _gathered(param):
