@@ -28,10 +28,7 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,32 +43,6 @@ def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 
     from trainer.tiny import teach as fit
 
     fit(model_dir, list(zip(prompts, targets, strict=True)), steps)
-
-
-@contextlib.contextmanager
-def retrieval_service(work: Path):
-    """The retrieval service over the tiny-search corpus on a free loopback port; yields its URL."""
-    import requests
-
-    subprocess.run([sys.executable, "-m", "trainer.retrieval", "build", "--corpus", str(work / "data" / "corpus.jsonl"),
-                    "--out", str(work / "index")], check=True, cwd=PROJECT, capture_output=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "trainer.retrieval", "serve", "--index", str(work / "index"),
-                               "--host", "127.0.0.1", "--port", str(port)], cwd=PROJECT, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(f"http://127.0.0.1:{port}/health_check", timeout=2).ok:
-                    break
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/retrieve"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=20)
 
 
 def task(tool: str, work: Path) -> tuple[list[dict], list[str]]:
@@ -107,6 +78,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from trainer.config import TrainerConfig
+    from trainer.retrieval.local import local_service
     from trainer.tiny import make_model
     from trainer.tools.registry import search_settings
     from trainer.tools.registry import settings as tool_settings
@@ -120,7 +92,8 @@ def main() -> int:
     try:
         with contextlib.ExitStack() as stack:
             if args.tool == "search":
-                settings = search_settings(stack.enter_context(retrieval_service(work)), topk=1, max_turns=1)
+                settings = search_settings(stack.enter_context(local_service(work / "data" / "corpus.jsonl", work)).url,
+                                           topk=1, max_turns=1)
             else:  # the python tool with the job defaults (the preset's)
                 settings = tool_settings(TrainerConfig(pretrain="-", prompt_data="-", reward_fn="exact_match",
                                                        tools=("python",)))

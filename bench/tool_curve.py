@@ -16,8 +16,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,42 +25,10 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
+from trainer.retrieval.local import local_service  # noqa: E402 (the project on the path first)
+
 # Metrics that measure time, not what was learned: the rest must repeat exactly.
 CLOCK_KEYS = ("time", "timing/", "rollout/generate_s", "rollout/tool_s", "rollout/other_s", "tools/time_s")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def retrieval_service(corpus: Path, work: Path):
-    """The retrieval service over ``corpus`` on a free loopback port (no token); yields its URL."""
-    import requests
-
-    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    subprocess.run([sys.executable, "-m", "trainer.retrieval", "build", "--corpus", str(corpus), "--out",
-                    str(work / "index")], check=True, cwd=PROJECT, capture_output=True, env=env)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "trainer.retrieval", "serve", "--index", str(work / "index"),
-                               "--host", "127.0.0.1", "--port", str(port)], cwd=PROJECT, env=env,
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(f"http://127.0.0.1:{port}/health_check", timeout=2).ok:
-                    break
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the retrieval service did not come up")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/retrieve"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
 
 
 def strip_clocks(rows: list[dict]) -> list[dict]:
@@ -123,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if "retriever_url" in preset.values:
             draft = P.build_config(preset, P.parse_sets(args.sets), context)
             corpus = Path(draft.prompt_data).parent / "corpus.jsonl"
-            context["retriever_url"] = stack.enter_context(retrieval_service(corpus, work))
+            context["retriever_url"] = stack.enter_context(local_service(corpus, work)).url
         runs = []
         for k in range(args.runs):
             out = work / f"run{k + 1}"

@@ -9,18 +9,12 @@ never close a search tag."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.conftest import PROJECT
 
@@ -28,12 +22,6 @@ pytestmark = pytest.mark.integration
 
 MAX_NEW = 96
 TOKEN = "multiturn-test-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _teach_search(model_dir, prompt: str, target: str, steps: int = 400) -> None:
@@ -50,6 +38,7 @@ def env(tmp_path_factory):
     and the retrieval service over the corpus on a free loopback port; stopped by its PID at the end."""
     from transformers import AutoTokenizer
 
+    from trainer.retrieval.local import local_service
     from trainer.tiny import SEARCH_INSTRUCTION, make_model, make_search_data
 
     d = tmp_path_factory.mktemp("multiturn")
@@ -66,34 +55,8 @@ def env(tmp_path_factory):
     _teach_search(d / "model", prompt, f"<search>{name}</search>")
     (d / "token").write_text(TOKEN)
     (d / "token").chmod(0o600)
-    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
-    build = subprocess.run([sys.executable, "-m", "trainer.retrieval", "build", "--corpus",
-                            str(d / "data" / "corpus.jsonl"), "--out", str(d / "index")],
-                           capture_output=True, text=True, env=env, cwd=PROJECT, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    port = _free_port()
-    log = open(d / "retriever.log", "w")  # noqa: SIM115 (closed at teardown)
-    server = subprocess.Popen([sys.executable, "-m", "trainer.retrieval", "serve", "--index", str(d / "index"),
-                               "--host", "127.0.0.1", "--port", str(port), "--token-file", str(d / "token")],
-                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=PROJECT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(f"http://127.0.0.1:{port}/health_check", timeout=5).ok:
-                    break
-            assert server.poll() is None and time.monotonic() < deadline, (d / "retriever.log").read_text()[-3000:]
-            time.sleep(0.5)
-        yield {"dir": d, "port": port, "prompt": prompt, "name": name, "code": code}
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(server.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=20)
-        if server.poll() is None:
-            os.kill(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+    with local_service(d / "data" / "corpus.jsonl", d, token_file=d / "token") as svc:
+        yield {"dir": d, "port": svc.port, "prompt": prompt, "name": name, "code": code}
 
 
 def test_hf_engine_searches_and_masks_the_inserted_passages(env, monkeypatch):

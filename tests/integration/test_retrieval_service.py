@@ -310,3 +310,26 @@ def test_dense_service_over_a_tiny_local_model(tmp_path: Path) -> None:
         assert result[0][0]["score"] == pytest.approx(1.0, abs=1e-3) and len(result[0]) == 2
     finally:
         assert svc.stop() == 0, svc.log.read_text()
+
+
+def test_local_service_serves_for_its_block_and_names_a_build_that_failed(tmp_path: Path) -> None:
+    """trainer.retrieval.local, what the benchmarks and the multi-turn tests start: up for the block, gone
+    after it (its PID reaped), and a corpus that cannot be indexed named in the error."""
+    from trainer.retrieval.local import local_service
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in PASSAGES))
+    with local_service(corpus, tmp_path / "work") as svc:
+        assert svc.url == f"http://127.0.0.1:{svc.port}/retrieve"
+        health = requests.get(f"http://127.0.0.1:{svc.port}/health_check", timeout=10)
+        assert health.ok and health.json()["n_docs"] == len(PASSAGES)
+        hits = requests.post(svc.url, json={"queries": ["Lima river"], "topk": 1}, timeout=10).json()
+        assert "Lima" in json.dumps(hits)
+        pid = svc.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{svc.port}/health_check", timeout=5)
+    failed = pytest.raises(RuntimeError, match=r"index of .*missing\.jsonl was not built")
+    with failed, local_service(tmp_path / "missing.jsonl", tmp_path / "work2"):
+        pass
