@@ -14,7 +14,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 # that site.yml starts from them included, write the venv's bytecode.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv dev demo up down status test check system-deps lint pytest molecule clean lane-1 lane-2 \
+.PHONY: venv dev demo up down status test check system-deps lint unit pytest molecule clean lane-1 lane-2 \
 	pytest-clusters pytest-rest molecule-cluster molecule-roles
 
 # The venv in two steps: what the demo runs (the stack and rlrun, extra cpu), then the developer tools
@@ -51,17 +51,19 @@ status: venv
 
 # System packages first (scripts/system-deps.sh installs what is missing as
 # root, else stops at once with the install line), so no scenario is skipped.
-# Then two lanes side by side (scripts/lanes.sh; each line prefixed with its lane's name):
-#   lane-1   pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories), molecule default +
-#            multinode
-#   lane-2   pytest-rest (trainer, services, firewall lab, validation, unit), the role scenarios
-# They share no cluster, port, address range or state directory, and both spend much of their time
-# waiting on processes they started, so on 2 cores they end well before the two one after the other.
-# Within a lane a failure does not hide the lane's later steps (make -k); any failure fails the run.
-test: system-deps dev lint
+# Then the unit tests alone, in two processes (pytest-xdist: they keep both cores busy, ~80 s), then two lanes
+# side by side (scripts/lanes.sh; each line prefixed with its lane's name):
+#   lane-1   lint, pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories), molecule
+#            default + multinode
+#   lane-2   pytest-rest (trainer, services, firewall lab, validation), the role scenarios
+# They share no cluster, port, address range or state directory, and lane-1 spends much of its time waiting on
+# processes it started (Ray, sshd, Ansible's connections) while lane-2's trainer runs keep a core busy, so on
+# 2 cores they end well before the two one after the other. Within a lane a failure does not hide the lane's
+# later steps (make -k); any failure fails the run.
+test: system-deps dev unit
 	scripts/lanes.sh lane-1 lane-2
 
-lane-1: pytest-clusters molecule-cluster
+lane-1: lint pytest-clusters molecule-cluster
 lane-2: pytest-rest molecule-roles
 
 system-deps:
@@ -76,15 +78,18 @@ lint: dev
 	ansible-lint --profile production --offline
 	NO_MKDOCS_2_WARNING=1 mkdocs build --strict
 
-check: dev lint
-	python -m pytest -q -n 2 tests/unit
+check: lint unit
+
+# The unit tests (pure, no cluster, no root) in two processes; `make check` and `make test` both run them.
+unit: dev
+	python -m pytest -q -ra -n 2 --durations=10 tests/unit
 
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
 # 127.0.0.4, ports 8600-8999), of the multinode lab (network namespaces 10.244.52.0/24) and of the Slurm lab
 # (10.245.61.0/24), and the bad inventories' playbook runs (127.0.0.9, refused before any host is touched):
 # about half of the suite's time. Balanced on a CI run's durations (2026-11-27: lane-1 1435 s, lane-2 1682 s
 # with test_validate_inventory's ~110 s in lane-2). Every other file under tests/ runs in pytest-rest
-# (--ignore of these), so a new file is never left out.
+# (--ignore of these and of tests/unit, which `unit` runs), so a new file is never left out.
 CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
   test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py \
   test_validate_inventory.py)
@@ -92,13 +97,14 @@ CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_clust
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must. Each pytest run has a
 # base temp dir of its own (two sessions at once). In-process vLLM tests run in a process of their
 # own (see pyproject's vllm_inproc marker).
-pytest: pytest-clusters pytest-rest
+pytest: unit pytest-clusters pytest-rest
 
 pytest-clusters: dev
 	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-1 $(CLUSTER_TESTS)
 
 pytest-rest: dev
-	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-2 $(addprefix --ignore=,$(CLUSTER_TESTS))
+	python -m pytest -ra --durations=20 --basetemp=/tmp/rlrun-pytest-2 --ignore=tests/unit \
+	  $(addprefix --ignore=,$(CLUSTER_TESTS))
 	python -m pytest -ra -m vllm_inproc --basetemp=/tmp/rlrun-pytest-vllm tests/integration/test_vllm_engine.py
 
 # The cluster scenarios: default (site.yml on this machine) and multinode (4 hosts
