@@ -2,7 +2,8 @@
 
 Gathering the whole model first and handing it to ``save_pretrained(state_dict=...)`` holds all of it in rank 0's
 host memory: 61 GiB for the 32B model, which took the one-node 32B run's host from the 425-431 GiB it used while
-training to a peak of 480.6 GiB of its 503 (docs/benchmarks.md, issue 36). Here every rank walks the parameters
+training to a peak of 480.6 GiB of its 503, past Ray's memory monitor, which killed 5 worker processes
+(docs/benchmarks.md, issue 36). Here every rank walks the parameters
 in the same order and gathers them one at a time, rank 0 copies each to host memory and writes a shard as soon as
 it is complete. The shard plan comes from the parameters' full sizes (``ds_numel`` under ZeRO-3), which every rank
 knows, so the names are final from the start and nothing is renamed afterwards.
@@ -11,9 +12,10 @@ What is written is what ``save_pretrained`` writes for a dense model, and ``from
 saved model: ``config.json`` (with ``dtype`` and ``architectures`` set as ``save_pretrained`` sets them),
 ``generation_config.json`` for a model that generates, and ``model.safetensors`` or, over one shard,
 ``model-0000i-of-0000n.safetensors`` with ``model.safetensors.index.json``. Shards of an earlier save that this one
-does not replace are removed after the new ones are written, as ``save_pretrained`` does. A model whose loading
-converted its weights (transformers 5 fuses some MoE experts at load, and reverses that on save, which can need
-tensors from several shards at once) is saved through ``save_pretrained`` of the gathered model, as before.
+does not replace are removed after the new ones are written, as ``save_pretrained`` does. Renamings transformers
+attached at load are reversed name by name, as ``save_pretrained`` reverses them (under ZeRO-3 a dense model
+carries legacy ones that match none of its names); a model with a converter that needs several tensors at once
+(transformers 5 fuses some MoE experts at load) is gathered whole and saved by ``save_pretrained``, as before.
 """
 
 from __future__ import annotations
