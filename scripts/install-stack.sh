@@ -88,17 +88,3 @@ for name in ("torchvision", "torchaudio", "torchcodec", "triton"):
     assert "+cpu" not in v["torch"], f"{name} is installed beside torch {v['torch']}, whose CPU build it breaks"
 print("stack ok: " + ", ".join(f"{k} {x}" for k, x in v.items()))
 PY
-
-# The tests (EXTRAS with dev) start hundreds of Python processes (Ray workers, trainer runs, Ansible): each
-# imports torch, transformers, deepspeed and ray, and where their bytecode is not cached it compiles them
-# again. Nothing above wrote bytecode (pip --no-compile, uv leaves it out), and where PYTHONDONTWRITEBYTECODE
-# is set (CI images set it) no import writes it either: a tiny trainer run took 68 s instead of 29 s
-# (2-core CI-class machine, 2026-11-27). So compile the venv once, here (~30 s on 2 cores). Some packages ship
-# files that are not Python 3 source (templates, test data): compileall names them and exits 1, which changes
-# nothing for what is imported.
-if [[ ",$extras," == *",dev,"* ]]; then
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-  t0=$SECONDS
-  "$venv/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
-  echo "== bytecode of $site compiled in $((SECONDS - t0)) s"
-fi
