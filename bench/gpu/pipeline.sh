@@ -74,18 +74,21 @@ stage_xnode() {  # one engine of TP 4 over the two loopback nodes; the policy's 
   MODEL=$work/m05h16 ROLLOUT=vllm VLLM_TP=4 SUBMIT_TIMEOUT=420 bash bench/gpu/miniature/run.sh x4 "$res/xnode"
 }
 
-stage_ppo7b() {
+stage_ppo7b() {  # the supervised warm-up first: without it the random 7B earns no reward, and with the value
+  # head starting at 0 every critic metric stays 0 (2026-11-27: SUCCEEDED, but nothing for the critic to learn)
   MODEL=$work/m7b PRESET=7b-ppo SUBMIT_TIMEOUT=600 SETS="actor_num_nodes=1 actor_num_gpus_per_node=4 \
     ref_num_nodes=1 ref_num_gpus_per_node=4 critic_num_nodes=1 critic_num_gpus_per_node=4 vllm_num_engines=4 \
     rollout_batch_size=32 micro_rollout_batch_size=8 train_batch_size=16 micro_train_batch_size=4 \
     critic_micro_train_batch_size=1 generate_max_len=256 prompt_max_len=128 max_steps=3 \
-    vllm_gpu_memory_utilization=0.35" bash bench/gpu/miniature/run.sh x4one "$res/ppo7b"
+    vllm_gpu_memory_utilization=0.35 sft_warmup_steps=30 sft_learning_rate=1e-4 sft_output_key=answer" \
+    bash bench/gpu/miniature/run.sh x4one "$res/ppo7b"
   rm -rf /tmp/rlrun-mini8x4one/out /tmp/rlrun-mini8x4one/out_critic  # 29 GB of final models: disk for the 32B
 }
 
 stage_logprob7b() {  # issue 38 item 4: vLLM at TP 1 and TP 2 against the trainer's forward, token by token
-  CUDA_VISIBLE_DEVICES=0,1 python3 bench/gpu/logprob_check.py --model $work/m7b --tp 1 2 --prompts 16 \
-    --new-tokens 256 --json "$res/logprob7b.json"
+  # spawn: the bench touched CUDA before vLLM starts its engine core (2026-11-27: a forked one failed)
+  CUDA_VISIBLE_DEVICES=0,1 VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/gpu/logprob_check.py \
+    --model $work/m7b --tp 1 2 --prompts 16 --new-tokens 256 --json "$res/logprob7b.json"
 }
 
 stage_seed32b() {
