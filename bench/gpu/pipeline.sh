@@ -32,8 +32,9 @@
 #            site.yml + `rlrun submit` (0-3)
 #   ppo7b    7b-ppo (GAE, critic, reference, the deployed reward service) on one node of 4 GPUs with the 7B
 #            model, site.yml + `rlrun submit` (0-3)
-#   logprob7b (2 GPUs) bench/gpu/logprob_check.py on the 7B model: vLLM TP 1 and TP 2 against the trainer's
-#            bf16 and float32 forwards, token by token (issue 38)
+#   logprob7b (1-2 GPUs) bench/gpu/logprob_check.py on the 7B model: vLLM eager and compiled, TP 1 (and TP 2 on
+#            2 GPUs), against the trainer's bf16 and float32 forwards and its padded micro batches, token by
+#            token (issue 38); on one GPU, inputs makes the 7B with MAKE7B=1
 #   seed32b  32b-rloo-1node with a Qwen2.5-32B-shaped model (made by `inputs` with MAKE32=1), one node of 4
 #            GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
 set -uo pipefail
@@ -56,7 +57,7 @@ stage_selftest() {  # the pipeline's own mechanics, anywhere: bash bench/gpu/pip
 
 stage_inputs() {
   [ -f $work/m05/params.json ] || python3 bench/gpu/model.py $work/m05 || return 1
-  if [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then  # the 7B runs need 4 GPUs
+  if [ "$(nvidia-smi -L | wc -l)" -ge 4 ] || [ -n "${MAKE7B:-}" ]; then  # the 7B jobs need 4 GPUs; logprob7b 1
     [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   fi
   # TP 4 needs attention heads that 4 divides (Qwen2.5-0.5B has 14): the 0.5B shape with 16 heads of 64
@@ -87,8 +88,13 @@ stage_ppo7b() {  # the supervised warm-up first: without it the random 7B earns 
 
 stage_logprob7b() {  # issue 38 item 4: vLLM at TP 1 and TP 2 against the trainer's forward, token by token
   # spawn: the bench touched CUDA before vLLM starts its engine core (2026-11-27: a forked one failed)
+  # eager and compiled engines (a job's is compiled), the trainer one sequence at a time and in padded micro
+  # batches as make_experience scores them; TP 2 where there are 2 GPUs
+  local tp=(1 2)
+  [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && tp=(1)
   CUDA_VISIBLE_DEVICES=0,1 VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/gpu/logprob_check.py \
-    --model $work/m7b --tp 1 2 --prompts 16 --new-tokens 256 --json "$res/logprob7b.json"
+    --model $work/m7b --tp "${tp[@]}" --engine eager compiled --prompts 16 --new-tokens 256 --micro 8 \
+    --json "$res/logprob7b.json"
 }
 
 stage_seed32b() {
@@ -183,7 +189,7 @@ case ${1:-} in
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=220
-                       [selftest]=30 [logprob7b]=300 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
+                       [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

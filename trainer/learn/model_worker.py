@@ -47,6 +47,18 @@ PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed's default; 0.74x the train phase of
 GRANULARITY_THRESHOLD = 5_000_000
 
 
+def padded_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_actions: int,
+                    temperature: float = 1.0) -> torch.Tensor:
+    """The log-probs of the last ``num_actions`` tokens of each row of a padded batch (left-padded prompts,
+    right-padded responses, as trainer.experience.build_experience lays them out): one forward with the
+    attention mask, positions counting the real tokens. The trainer's unpacked path, and what
+    bench/gpu/logprob_check.py measures against the engines."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    logp = log_probs_from_logits(logits[:, :-1], input_ids[:, 1:], temperature=temperature)
+    return logp[:, -num_actions:]
+
+
 def top_granularity(model: torch.nn.Module) -> int:
     """DeepSpeed's "module granularity" of the model itself (ZeRO-3 ``_get_granularity_recursively``): its
     parameters over its parameter-holding modules + 1, containers not counted; sys.maxsize (never one unit)
@@ -210,10 +222,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             logp = log_probs_from_logits(logits[:, :-1], packed.input_ids[:, 1:], temperature=self.temperature)
             return unpack(logp, packed)
         self.forward_slots = input_ids.numel()
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        logits = self.engine(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        logp = log_probs_from_logits(logits[:, :-1], input_ids[:, 1:], temperature=self.temperature)
-        return logp[:, -num_actions:]
+        return padded_logprobs(self.engine, input_ids, attention_mask, num_actions, self.temperature)
 
     @torch.no_grad()
     def logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_actions: int) -> torch.Tensor:
