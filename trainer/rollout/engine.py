@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,13 +90,14 @@ class RolloutEngine(abc.ABC):
         """``n`` samples for each prompt, prompt-major; ``logprobs=False`` leaves ``Sample.logprobs`` None."""
 
     def complete(self, contexts: list[list[int]], max_tokens: list[int], stop: Sequence[str],
-                 temperature: float, top_p: float, seeds: list[int | None]) -> list[Any]:
+                 temperature: float, top_p: float, seeds: list[int | None], logprobs: bool = True) -> list[Any]:
         """Continue each token context once (one sample each): stop at EOS (kept), after ``max_tokens[i]``
         new tokens, or after the token that completes one of ``stop`` (kept). Returns
-        :class:`trainer.rollout.multiturn.Completion` s; the multi-turn loop's primitive."""
+        :class:`trainer.rollout.multiturn.Completion` s (their ``logprobs`` None unless ``logprobs``); the
+        multi-turn loop's primitive."""
         raise NotImplementedError(f"{type(self).__name__} does not support multi-turn tool rollouts")
 
-    def stepper(self) -> Any:
+    def stepper(self, logprobs: bool = True) -> Any:
         """A :class:`trainer.rollout.multiturn.Stepper` over this engine, or None (the default) when it cannot take
         requests while it decodes: :meth:`generate_with_tools` then runs the loop in rounds over
         :meth:`complete`."""
@@ -117,6 +119,7 @@ class RolloutEngine(abc.ABC):
         retriever_timeout: float = 10.0,
         retriever_retries: int = 3,
         retriever_outage_timeout: float = 0.0,
+        logprobs: bool = True,
     ) -> tuple[list[Sample], dict[str, float]]:
         """Multi-turn tool rollouts (:mod:`trainer.rollout.multiturn`, the tools :mod:`trainer.tools`), called in the
         engine's process so a node-local service is the one on this node (``{node_ip}``) and the sandboxes run
@@ -124,7 +127,9 @@ class RolloutEngine(abc.ABC):
         tool over ``retriever_url`` (Search-R1's flags). ``n`` samples per prompt, prompt-major; each
         :class:`Sample` carries its ``action_mask`` (0 on inserted tokens), ``turns`` and ``tool_calls``, and the
         engine's log-probs of its response tokens (0 on the inserted ones, which are no actions). Also returns
-        where the time went and what the tools did (``RolloutStats.as_dict``)."""
+        where the time went and what the tools did (``RolloutStats.as_dict``). ``logprobs=False``
+        (--skip_rollout_logprobs): the engine is not asked for them (on vLLM a dearer step: 46 % on the CPU
+        build at the demo's size) and each sample's are None."""
         from trainer.rollout.multiturn import run_tool_rollout, run_tool_rollout_streaming
         from trainer.tools.registry import build_toolbox, search_settings
 
@@ -141,8 +146,9 @@ class RolloutEngine(abc.ABC):
             boxes[key] = build_toolbox(tools, tokenizer)
         box = boxes[key]
         ids = tokenize_prompts(tokenizer, prompts)
-        stepper = self.stepper()
-        loop, engine = (run_tool_rollout, self.complete) if stepper is None else (run_tool_rollout_streaming, stepper)
+        stepper = self.stepper(logprobs=logprobs)
+        loop, engine = ((run_tool_rollout, functools.partial(self.complete, logprobs=logprobs)) if stepper is None
+                        else (run_tool_rollout_streaming, stepper))
         tool_tokenizer = tokenizer
         if stepper is not None:  # the streaming loop tokenizes the results in its tool thread: its own copy, as
             # a fast tokenizer used from two threads at once can fail ("Already borrowed")

@@ -357,12 +357,13 @@ class Engines:
         return [s for i in sorted(results) for s in results[i]]  # prompt-major, as the engines return them
 
     def generate_with_tools(self, texts: list[str], *, seed: int, n: int | None = None,
-                            temperature: float | None = None,
-                            restore: Callable[[], Any] | None = None) -> tuple[list[Any], list[dict[str, float]]]:
+                            temperature: float | None = None, restore: Callable[[], Any] | None = None,
+                            logprobs: bool | None = None) -> tuple[list[Any], list[dict[str, float]]]:
         """Multi-turn tool rollouts: each engine runs the turn loop and the tools in its own process, so it asks
         the services of its node (``{node_ip}`` in --retriever_url) and runs the sandboxes there; see
         trainer.rollout.multiturn and trainer.tools. Returns the samples and each engine's stats (time split, tool
-        calls). Failed engines: as :meth:`generate`."""
+        calls). ``logprobs``: ask the engines for the sampled tokens' log-probs (default: unless
+        --skip_rollout_logprobs). Failed engines: as :meth:`generate`."""
         from trainer.tools.registry import settings
 
         cfg = self.cfg
@@ -370,7 +371,8 @@ class Engines:
         temperature = cfg.temperature if temperature is None else temperature
         calls, most = self._shares(
             texts, n, temperature=temperature, top_p=cfg.top_p if temperature > 0 else 1.0,
-            max_new_tokens=cfg.generate_max_len, seed=seed, tools=settings(cfg))
+            max_new_tokens=cfg.generate_max_len, seed=seed, tools=settings(cfg),
+            logprobs=not cfg.skip_rollout_logprobs if logprobs is None else logprobs)
         results = self.call("generate_with_tools", calls, self.deadline(most), "generate", restore)
         return ([s for i in sorted(results) for s in results[i][0]], [results[i][1] for i in sorted(results)])
 

@@ -127,8 +127,9 @@ class Evaluator:
         seed = cfg.seed + 1_000_003 + step  # the sampled pass: its own seeds, fixed per step
 
         def answers(n: int, temperature: float) -> list[Any]:
-            out = generate(texts, seed=seed, n=n, temperature=temperature, restore=self.push)
-            return out[0] if cfg.multi_turn else out
+            if cfg.multi_turn:  # scored by the reward only: no log-probs (a dearer engine step)
+                return generate(texts, seed=seed, n=n, temperature=temperature, restore=self.push, logprobs=False)[0]
+            return generate(texts, seed=seed, n=n, temperature=temperature, restore=self.push)
 
         greedy, sampled = answers(1, 0.0), answers(k, cfg.eval_temperature)
         scored_greedy, scored = self.score(self.prompts, greedy), self.score(self.prompts, sampled)

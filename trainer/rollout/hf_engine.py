@@ -135,7 +135,7 @@ class HfEngine(RolloutEngine):
 
     @torch.no_grad()
     def complete(self, contexts: list[list[int]], max_tokens: list[int], stop: Sequence[str],
-                 temperature: float, top_p: float, seeds: list[int | None]) -> list[Completion]:
+                 temperature: float, top_p: float, seeds: list[int | None], logprobs: bool = True) -> list[Completion]:
         """See :meth:`RolloutEngine.complete`. One batched ``generate`` per ``batch_size`` contexts, up to the
         largest budget (each row is cut to its own); a stopping criterion ends a row at a stop string. The
         first seed seeds a forked RNG for the call (rows differ by their place in the batch)."""
@@ -148,11 +148,12 @@ class HfEngine(RolloutEngine):
                 torch.manual_seed(seeds[0])
             for start in range(0, len(contexts), self.batch_size):
                 chunk = slice(start, start + self.batch_size)
-                out += self._complete_batch(contexts[chunk], max_tokens[chunk], list(stop), temperature, top_p)
+                out += self._complete_batch(contexts[chunk], max_tokens[chunk], list(stop), temperature, top_p,
+                                            logprobs)
         return out
 
     def _complete_batch(self, ids: list[list[int]], budgets: list[int], stop: list[str], temperature: float,
-                        top_p: float) -> list[Completion]:
+                        top_p: float, logprobs: bool = True) -> list[Completion]:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         width = max(len(t) for t in ids)
@@ -178,7 +179,7 @@ class HfEngine(RolloutEngine):
             stopping_criteria=StoppingCriteriaList([StopAt()]) if stop else None, return_dict_in_generate=True,
             output_logits=True, **sampling)
         new_dev = out.sequences[:, width:]
-        logp = _sampled_logprobs(out.logits, new_dev, temperature).tolist()
+        logp = _sampled_logprobs(out.logits, new_dev, temperature).tolist() if logprobs else None
         results = []
         for i, (row, budget) in enumerate(zip(new_dev.cpu().tolist(), budgets, strict=True)):
             tokens, finish = row[: max(budget, 0)], "length"
@@ -188,7 +189,7 @@ class HfEngine(RolloutEngine):
             if len(cut) < len(tokens) or (finish == "length" and cut and any(decode(cut).endswith(s) for s in stop)):
                 tokens, finish = cut, "stop"
             results.append(Completion(tokens, self.tokenizer.decode(tokens, skip_special_tokens=True), finish,
-                                      logp[i][: len(tokens)]))
+                                      None if logp is None else logp[i][: len(tokens)]))
         return results
 
     # --- weights ---------------------------------------------------------------------------------------

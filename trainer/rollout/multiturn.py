@@ -114,10 +114,12 @@ class RolloutStats:
     samples: int = 0
     by_tool: dict[str, Any] = field(default_factory=dict)  # name -> trainer.tools.toolbox.ToolStats
     inserted_tokens: int = 0  # tool tokens inserted (after every cap)
+    steps: int = 0  # the streaming loop's engine steps
+    idle_s: float = 0.0  # the streaming loop with nothing to step: every unfinished sample waited on a tool
 
     def as_dict(self) -> dict[str, float]:
         out = {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
-               "tokenize_s": self.tokenize_s,
+               "tokenize_s": self.tokenize_s, "steps": float(self.steps), "idle_s": self.idle_s,
                "tool_calls": float(self.tool_calls), "samples": float(self.samples),
                "inserted_tokens": float(self.inserted_tokens)}
         for name, st in self.by_tool.items():  # summed over engines by :func:`tool_metrics`
@@ -351,13 +353,17 @@ def run_tool_rollout_streaming(
                 ended = stepper.step()
                 t1 = time.perf_counter()
                 stats.generate_s += t1 - t0
+                stats.steps += 1
                 waiting += [(i, c) for i, out in ended
                             if (c := _end_turn(rows[i], out, box, max_new_tokens, eos_id)) is not None]
                 stats.other_s += time.perf_counter() - t1
             if inflight is not None and (inflight.done() or not stepper.pending()):
+                t2 = time.perf_counter()
                 batch, found, took = inflight.result()  # blocks only when nothing else can run
                 inflight = None
-                t2 = time.perf_counter()
+                t3 = time.perf_counter()
+                stats.idle_s += t3 - t2
+                t2 = t3
                 stats.tool_s += took
                 stats.tool_calls += len(batch)
                 for (i, call), block in zip(batch, found, strict=True):

@@ -200,7 +200,7 @@ class VllmEngine(RolloutEngine):
         return samples
 
     def complete(self, contexts: list[list[int]], max_tokens: list[int], stop: Sequence[str],
-                 temperature: float, top_p: float, seeds: list[int | None]) -> list[Completion]:
+                 temperature: float, top_p: float, seeds: list[int | None], logprobs: bool = True) -> list[Completion]:
         """See :meth:`RolloutEngine.complete`: one ``LLM.generate`` over every context, a ``SamplingParams``
         each (its budget, its seed, ``stop`` kept in the output). With prefix caching on, the contexts of
         later turns reuse the KV of the earlier ones."""
@@ -214,7 +214,8 @@ class VllmEngine(RolloutEngine):
         outputs = []
         for group in self._seed_safe_groups(todo, contexts, seeds):
             params = [SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                     max_tokens=max_tokens[i], seed=seed, stop=list(stop), logprobs=0,
+                                     max_tokens=max_tokens[i], seed=seed, stop=list(stop),
+                                     logprobs=0 if logprobs else None,
                                      include_stop_str_in_output=True) for i, seed in group]
             outputs += self.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i, _ in group], params,
                                          use_tqdm=False)
@@ -223,7 +224,7 @@ class VllmEngine(RolloutEngine):
             results[i] = _completion(self.tokenizer, out.outputs[0], stop)
         return results
 
-    def stepper(self) -> _VllmStepper | None:
+    def stepper(self, logprobs: bool = True) -> _VllmStepper | None:
         """The multi-turn loop's :class:`~trainer.rollout.multiturn.Stepper` over ``LLMEngine.add_request`` /
         ``step`` (the same calls ``LLM.generate`` makes, on vLLM 0.26 and 0.32): a sample goes to the tool
         and back while the others decode. None on a CPU engine whose caller turned chunked prefill back
@@ -234,7 +235,7 @@ class VllmEngine(RolloutEngine):
                                "call wake_up() first")
         if self.on_cpu and self.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill:
             return None
-        return _VllmStepper(self.llm.llm_engine, self.tokenizer)
+        return _VllmStepper(self.llm.llm_engine, self.tokenizer, logprobs)
 
     def _seed_safe_groups(self, todo: list[int], contexts: list[list[int]],
                           seeds: list[int | None]) -> list[list[tuple[int, int | None]]]:
@@ -444,11 +445,12 @@ class _VllmStepper:
     :meth:`VllmEngine.stepper`). Request ids carry a per-rollout prefix, so outputs of anything else the
     engine runs are never taken for ours; only final outputs are returned (``FINAL_ONLY``)."""
 
-    def __init__(self, engine: Any, tokenizer: Any) -> None:
+    def __init__(self, engine: Any, tokenizer: Any, logprobs: bool = True) -> None:
         import uuid
 
         self.engine = engine
         self.tokenizer = tokenizer
+        self.logprobs = 0 if logprobs else None  # the sampled token's, or none (--skip_rollout_logprobs)
         self.prefix = f"rlrun-turn-{uuid.uuid4().hex[:12]}-"
         self.count = 0
         self.live: dict[str, tuple[int, list[str]]] = {}  # request id -> (key, stop strings)
@@ -461,7 +463,7 @@ class _VllmStepper:
 
         params = SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                 max_tokens=max_tokens, seed=seed, stop=list(stop), include_stop_str_in_output=True,
-                                logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
+                                logprobs=self.logprobs, output_kind=RequestOutputKind.FINAL_ONLY)
         rid = f"{self.prefix}{self.count}"
         self.count += 1
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(context)), params)
