@@ -10,14 +10,18 @@ python``: the sandbox, a fresh process per call):
   sample calls it;
 - ``baseline``: the same engine generating exactly as many tokens per sample as the policy generated in the
   multi-turn run, all samples in ONE call without tools (``ignore_eos``, fixed lengths), each seeded as the
-  trainer's rollouts are;
+  trainer's rollouts are, and with the sampled tokens' log-probs as both the trainer's rollouts ask for them
+  (``--skip-logprobs``: neither side, as with --skip_rollout_logprobs; until 2026-11-27 the baseline alone went
+  without, and the multi-turn side paid for the log-probs: a third of the overhead measured on the CPU);
 - overhead = multi-turn / baseline - 1: the median over ``--repeats`` pairs, each pair back to back (on a
   shared 2-core machine single runs swing by tens of per cent; a pair sees the same machine).
 
 Where the time goes (each as a share of the baseline's time, medians over the pairs): the tool calls (their own
 time; in the streaming loop they overlap the decoding), tokenizing the results, the bookkeeping between turns,
 and the prefill of the inserted tokens: a second baseline whose prompts hold each sample's inserted tokens
-(``baseline + inserted``) costs that much more than the plain one.
+(``baseline + inserted``) costs that much more than the plain one. And the engine steps of each (a pass lasts
+as many steps as its longest sample; the time per step says whether the extra time is more steps or dearer
+ones) and the time the loop stood idle, every unfinished sample waiting on its tool.
 
     python bench/multiturn.py [--tool search|python] [--repeats 11]
 """
@@ -38,11 +42,15 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 
-def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 300) -> None:
-    """A few seconds of supervised steps so the random-init model writes the search call."""
+def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 300, lr: float = 3e-3) -> None:
+    """A few seconds of supervised steps so the random-init model writes the search call (on the GPU when there
+    is one: the 0.5B shape)."""
+    import torch
+
     from trainer.tiny import teach as fit
 
-    fit(model_dir, list(zip(prompts, targets, strict=True)), steps)
+    fit(model_dir, list(zip(prompts, targets, strict=True)), steps, lr=lr,
+        device="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def task(tool: str, work: Path) -> tuple[list[dict], list[str]]:
@@ -70,6 +78,13 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--gpu-util", type=float, default=0.3,
                         help="on a GPU: the engine's share of its memory (the demo's model needs little)")
+    parser.add_argument("--model", help="a model directory to use instead of the demos' tiny model (copied, then "
+                        "taught the call): bench/gpu/model.py's 0.5B shape, for one")
+    parser.add_argument("--teach-lr", type=float, default=3e-3,
+                        help="the call's supervised steps' learning rate (3e-4 suits the 0.5B shape)")
+    parser.add_argument("--skip-logprobs", action="store_true",
+                        help="both sides without the sampled tokens' log-probs (--skip_rollout_logprobs); by default "
+                             "both ask for them, as the trainer's rollouts do")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -84,11 +99,14 @@ def main() -> int:
     from trainer.tools.registry import settings as tool_settings
 
     work = Path(tempfile.mkdtemp(prefix="bench-multiturn-"))
-    make_model(work / "model", hidden_size=128)  # the demos' model (presets tiny-search, tiny-python: model-h128)
+    if args.model:
+        shutil.copytree(args.model, work / "model")
+    else:
+        make_model(work / "model", hidden_size=128)  # the demos' model (presets tiny-search, tiny-python: model-h128)
     questions, calls = task(args.tool, work)
     tok = AutoTokenizer.from_pretrained(work / "model")
     prompts = [tok.apply_chat_template(q["question"], tokenize=False, add_generation_prompt=True) for q in questions]
-    teach(work / "model", prompts, calls)
+    teach(work / "model", prompts, calls, lr=args.teach_lr)
     try:
         with contextlib.ExitStack() as stack:
             if args.tool == "search":
@@ -122,24 +140,42 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         # Seeded per request, as the trainer's single-turn rollout and the multi-turn one are (a seeded request is
         # sampled with its own generator: unseeded, the baseline would be faster for a reason that has nothing to
         # do with tools).
-        params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i)
-                  for i, k in enumerate(lengths)]
-        t0 = time.perf_counter()
-        engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
-        return time.perf_counter() - t0
+        # With the sampled tokens' log-probs when the multi-turn side has them, as the trainer's one-pass
+        # rollout asks for them (unless --skip_rollout_logprobs): a vLLM step with them costs ~46 % more at this
+        # size on the CPU build (2026-11-27), which is no cost of the tools.
+        lp = None if args.skip_logprobs else 0
+        params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i,
+                                 logprobs=lp) for i, k in enumerate(lengths)]
+        inner = engine.llm.llm_engine
+        count = [0]
+        step = inner.step
+
+        def counted():  # LLM.generate steps the engine through llm_engine.step(), on vLLM 0.26 and 0.32
+            count[0] += 1
+            return step()
+
+        inner.step = counted
+        try:
+            t0 = time.perf_counter()
+            engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
+            took = time.perf_counter() - t0
+        finally:
+            del inner.step  # the class's method again
+        return took, count[0]
 
     rows = []
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
         engine.reset_prefix_cache()
         t0 = time.perf_counter()
         samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
-                                                    tools=settings)
+                                                    tools=settings, logprobs=not args.skip_logprobs)
         t_mt = time.perf_counter() - t0
-        t_base = baseline(samples, r, with_inserted=False)
-        t_ins = baseline(samples, r, with_inserted=True)
+        t_base, base_steps = baseline(samples, r, with_inserted=False)
+        t_ins, _ = baseline(samples, r, with_inserted=True)
         if r:
             rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "tool": stats["tool_s"],
-                         "tokenize": stats["tokenize_s"], "other": stats["other_s"],
+                         "tokenize": stats["tokenize_s"], "other": stats["other_s"], "idle": stats["idle_s"],
+                         "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_steps,
                          "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
                          "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
     engine.shutdown()
@@ -151,7 +187,8 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         return 100 * statistics.median(row[key] / row["base"] for row in rows)
 
     prefill = 100 * statistics.median((row["ins"] - row["base"]) / row["base"] for row in rows)
-    print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each; {os.cpu_count()} CPUs visible, "
+    print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
+          f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"samples that called the tool: {med['called']:.2f}; errors per rollout: {med['errors']:.0f}")
     print(f"multi-turn rollout: {med['mt']:.3f} s (median of {args.repeats}); same generated tokens in one pass: "
@@ -163,6 +200,12 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     print(f"where it went (% of the one-pass time): tool calls {share('tool'):.1f} (overlapping the decoding), "
           f"prefill of the inserted tokens {prefill:.1f}, tokenizing the results {share('tokenize'):.1f}, "
           f"bookkeeping between turns {share('other'):.1f}")
+    # The critical path in engine steps: a pass lasts as many steps as its longest sample; a multi-turn rollout
+    # also waits for its slowest sample's tool call (idle: nothing left to step) and re-reads the inserted tokens.
+    print(f"engine steps: multi-turn {med['steps']:.0f} ({1000 * med['gen'] / max(med['steps'], 1):.2f} ms each, "
+          f"{share('gen'):.1f} % of the one-pass time in steps), one pass {med['base_steps']:.0f} "
+          f"({1000 * med['base'] / max(med['base_steps'], 1):.2f} ms each); idle, every unfinished sample waiting on "
+          f"its tool: {share('idle'):.1f} %")
 
 
 if __name__ == "__main__":

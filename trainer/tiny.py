@@ -150,16 +150,20 @@ def make_model(
 
 
 def teach(model_dir: str | Path, pairs: Sequence[tuple[str, str]], steps: int, *, lr: float = 3e-3, seed: int = 0,
-          stop_below: float | None = None) -> float:
+          stop_below: float | None = None, device: str = "cpu") -> float:
     """Supervised steps that fit the model in ``model_dir`` to answer each prompt with its target, EOS not taught
     (the tool-call format a multi-turn test or bench needs of a random-init model before RL): one pair per step,
     in turn, seeded without touching the caller's random state; it stops early once a step's loss is below
-    ``stop_below``. The model is saved in place; returns the last step's loss."""
+    ``stop_below``. The model trains in float32 on ``device`` and is saved in place in its own dtype; returns the
+    last step's loss."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    saved_dtype = AutoConfig.from_pretrained(model_dir).dtype or torch.float32  # bf16 for bench/gpu/model.py's
+    if isinstance(saved_dtype, str):
+        saved_dtype = getattr(torch, saved_dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     rows = [(tok(p, add_special_tokens=False).input_ids, tok(t, add_special_tokens=False).input_ids) for p, t in pairs]
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     loss = float("nan")
@@ -167,13 +171,15 @@ def teach(model_dir: str | Path, pairs: Sequence[tuple[str, str]], steps: int, *
         torch.manual_seed(seed)
         for step in range(steps):
             p, t = rows[step % len(rows)]
-            out = model(input_ids=torch.tensor([p + t]), labels=torch.tensor([[-100] * len(p) + t])).loss
+            out = model(input_ids=torch.tensor([p + t], device=device),
+                        labels=torch.tensor([[-100] * len(p) + t], device=device)).loss
             opt.zero_grad()
             out.backward()
             opt.step()
             loss = out.item()
             if stop_below is not None and loss < stop_below:
                 break
+    model.to("cpu", dtype=saved_dtype)
     model.save_pretrained(model_dir)
     return loss
 

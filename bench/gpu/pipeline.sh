@@ -27,7 +27,8 @@
 #            tis, same flags (0-2)
 #   step1    (one GPU, STEP1_GPU, default 0) the colocated 0.5B job three times: a cold, then a warm compile
 #            cache, then warm with --vllm_start_with_models; step 1's time each
-#   multiturn (one GPU) bench/multiturn.py: the multi-turn rollout's overhead on a GPU engine
+#   multiturn (one GPU) bench/multiturn.py: the multi-turn rollout's overhead on a GPU engine, the tiny model's and
+#            the 0.5B shape's
 #   xnode    seed 003 in small (issue 36): the two-node miniature with ONE engine of TP 4 across both nodes,
 #            site.yml + `rlrun submit` (0-3)
 #   ppo7b    7b-ppo (GAE, critic, reference, the deployed reward service) on one node of 4 GPUs with the 7B
@@ -165,7 +166,10 @@ gpu_free() {  # wait (<= 120 s) until the GPUs hold < 2 GiB each: the last stage
 stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
   gpu_free
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
+  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens)
   CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7 \
+    --model $work/m05 --teach-lr 3e-4
 }
 
 run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
@@ -188,7 +192,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=220
+                       [step1]=560 [multiturn]=480
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
