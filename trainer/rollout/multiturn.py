@@ -116,10 +116,15 @@ class RolloutStats:
     inserted_tokens: int = 0  # tool tokens inserted (after every cap)
     steps: int = 0  # the streaming loop's engine steps
     idle_s: float = 0.0  # the streaming loop with nothing to step: every unfinished sample waited on a tool
+    # the steps right after requests were added (the first prompts, samples back from a tool): their prefill
+    # runs beside the others' decoding, in a dearer step than a decode-only one (on a GPU: no full CUDA graph)
+    joined_steps: int = 0
+    joined_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         out = {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
                "tokenize_s": self.tokenize_s, "steps": float(self.steps), "idle_s": self.idle_s,
+               "joined_steps": float(self.joined_steps), "joined_s": self.joined_s,
                "tool_calls": float(self.tool_calls), "samples": float(self.samples),
                "inserted_tokens": float(self.inserted_tokens)}
         for name, st in self.by_tool.items():  # summed over engines by :func:`tool_metrics`
@@ -325,8 +330,11 @@ def run_tool_rollout_streaming(
     rows = [ToolRollout(p, list(ids)) for p, ids in enumerate(prompt_ids) for _ in range(n)]
     stats.samples = len(rows)
 
+    joined = [False]  # requests added since the last step
+
     def submit(i: int) -> None:
         r = rows[i]
+        joined[0] = True
         stepper.submit(i, r.context + r.response, max_new_tokens - len(r.response), box.stops, temperature, top_p,
                        None if seed is None else _row_seed(seed, i, r.turns))
 
@@ -354,6 +362,10 @@ def run_tool_rollout_streaming(
                 t1 = time.perf_counter()
                 stats.generate_s += t1 - t0
                 stats.steps += 1
+                if joined[0]:
+                    stats.joined_steps += 1
+                    stats.joined_s += t1 - t0
+                    joined[0] = False
                 waiting += [(i, c) for i, out in ended
                             if (c := _end_turn(rows[i], out, box, max_new_tokens, eos_id)) is not None]
                 stats.other_s += time.perf_counter() - t1
