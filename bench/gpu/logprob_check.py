@@ -20,6 +20,9 @@ The 2026-11-27 run found vLLM (eager) vs the trainer at that floor (0.053 at 7B)
 it. Two things differ in a job, and each has its own column:
 
 - the engine: ``--engine eager compiled`` samples with each; a job's engine is compiled (inductor, CUDA graphs);
+- the trainer's RoPE: under ZeRO-3 with bf16, DeepSpeed's zero.Init cast its ``inv_freq`` to bf16 (vLLM's stays
+  in float32) until trainer.learn.model_worker.fp32_rope put it back; ``vllm_vs_trainer_bf16_rope`` scores
+  with the frequencies in bf16, as the jobs before that fix did;
 - the trainer: ``vllm_vs_trainer_batched`` scores the same tokens as make_experience does, in padded micro
   batches of ``--micro`` rows (trainer.experience.build_experience, trainer.learn.model_worker.padded_logprobs:
   left-padded prompts, an attention mask), and ``trainer_batched_vs_single`` is what the batching alone moves.
@@ -57,7 +60,7 @@ def sample(model: str, tp: int, prompts: list[str], new_tokens: int, dtype: str,
 
 
 def score(model: str, rows: list[dict], dtype: str, temperature: float, device: str,
-          micro: int = 0) -> tuple[list, dict, list | None]:
+          micro: int = 0, bf16_rope: bool = False) -> tuple[list, dict, list | None]:
     """The trainer's log-probs of each row's response (its forward: left to right, one sequence at a time), the
     logits' scale, and with ``micro`` > 0 the same log-probs as make_experience computes them: padded micro
     batches of ``micro`` rows through trainer.learn.model_worker.padded_logprobs."""
@@ -70,6 +73,10 @@ def score(model: str, rows: list[dict], dtype: str, temperature: float, device: 
 
     m = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     m.to(device).eval()
+    if bf16_rope:  # as ZeRO-3's zero.Init left the trainer's RoPE until 2026-11-27 (trainer.learn.model_worker.fp32_rope)
+        for mod in m.modules():
+            if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+                mod.inv_freq = mod.inv_freq.to(torch.bfloat16)
     out, top, std = [], 0.0, []
     batched = None
     with torch.no_grad():
@@ -149,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                 exact, _, _ = score(args.model, rows, "float32", args.temperature, device)
                 res["trainer_bf16_vs_fp32"] = compare(ours, exact)
                 res["vllm_vs_trainer_fp32"] = compare(vllm, exact)
+                old, _, _ = score(args.model, rows, args.dtype, args.temperature, device, bf16_rope=True)
+                res["vllm_vs_trainer_bf16_rope"] = compare(vllm, old)
             results[f"tp{tp}_{mode}"] = res
             print(f"TP {tp}, {mode}: {res['tokens']} tokens, max |logit| {scale['max_abs_logit']:.1f}, logit std "
                   f"{scale['logit_std']:.2f}", flush=True)
             for key in ("vllm_vs_trainer", "vllm_vs_trainer_batched", "trainer_batched_vs_single",
-                        "trainer_bf16_vs_fp32", "vllm_vs_trainer_fp32"):
+                        "trainer_bf16_vs_fp32", "vllm_vs_trainer_fp32", "vllm_vs_trainer_bf16_rope"):
                 if key in res:
                     c = res[key]
                     pos = " / ".join(f"{x:.4f}" for x in c["by_position"])

@@ -19,6 +19,7 @@ from trainer.learn.model_worker import (
     cpu_adam_threads,
     ds_config,
     fetch_whole_if_small,
+    fp32_rope,
     to_device,
 )
 from trainer.learn.packing import pack, unpack
@@ -84,6 +85,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         else:
             optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
+        fp32_rope(self.engine.module)  # the backbone's, as the policy's (trainer.learn.model_worker.fp32_rope)
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
     def _values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -59,6 +59,37 @@ def padded_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.T
     return logp[:, -num_actions:]
 
 
+def fp32_rope(model: torch.nn.Module) -> int:
+    """Put the rotary embeddings' frequencies back in float32; returns how many modules it changed.
+
+    Under ZeRO-3 with bf16, ``from_pretrained`` builds the model inside DeepSpeed's ``zero.Init``, which casts
+    the floating-point buffers to bf16 too, so ``inv_freq`` loses all but 8 bits (``0.6494`` becomes
+    ``0.6484``). A plain load keeps it in float32, and so does vLLM's own RoPE. The rotation angle is
+    ``position x inv_freq``, so the error grows along the sequence. On a model whose attention is sharp, as
+    a trained model's is, that made the trainer's log-probs 6x further from float32 than the bf16 weights
+    alone do (0.068 against 0.011 mean |difference| over 1,000 tokens; tests/integration/test_rope_precision.py).
+    The engines then disagree with the policy on every long sequence. The frequencies are recomputed from the
+    config, as transformers initialises them, in float32 (the forward already computes the angles in float32)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    changed = 0
+    for module in model.modules():
+        freq = getattr(module, "inv_freq", None)
+        if not isinstance(freq, torch.Tensor) or freq.dtype == torch.float32 or not hasattr(module, "config"):
+            continue
+        rope_type = getattr(module, "rope_type", "default")
+        init = {"default": getattr(module, "compute_default_rope_parameters", None), **ROPE_INIT_FUNCTIONS}.get(rope_type)
+        if init is None:
+            raise RuntimeError(f"{type(module).__name__}: RoPE type {rope_type!r} has no init function in this "
+                               "transformers; its inv_freq stays in " + str(freq.dtype))
+        value, _ = init(module.config)  # (config) only: as transformers calls it, in 5.17 and 5.19
+        module.inv_freq = value.to(device=freq.device, dtype=torch.float32)
+        if isinstance(getattr(module, "original_inv_freq", None), torch.Tensor):
+            module.original_inv_freq = module.inv_freq.clone()
+        changed += 1
+    return changed
+
+
 def top_granularity(model: torch.nn.Module) -> int:
     """DeepSpeed's "module granularity" of the model itself (ZeRO-3 ``_get_granularity_recursively``): its
     parameters over its parameter-holding modules + 1, containers not counted; sys.maxsize (never one unit)
@@ -204,6 +235,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                 optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2,
                                               fused=torch.cuda.is_available())
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
+        fp32_rope(self.engine.module)  # zero.Init cast the RoPE frequencies to bf16 (see fp32_rope)
         if not train:
             self.engine.eval()
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
