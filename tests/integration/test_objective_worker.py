@@ -15,12 +15,13 @@ import itertools
 import json
 import math
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +46,6 @@ LOG_RATIO = torch.tensor([[0.3, -0.4, 0.2, 0.1], [0.5, 0.0, -0.6, 0.0], [-0.2, 0
 ADV = torch.tensor([[1.0, -1.0, 0.5, -0.3], [-2.0, 1.5, 0.7, 0.0], [1.0, -0.4, 0.0, 0.0],
                     [-0.5, -1.0, 2.0, 1.0]])  # fmt: skip
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _child(rank: int, model: str, port: int, out: str) -> None:
@@ -110,7 +106,7 @@ def worker_results(tmp_path_factory):
     make_model(tmp / "model", hidden_size=32, num_layers=1, num_heads=2)
     out = tmp / "results.json"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    mp.start_processes(_child, args=(str(tmp / "model"), _free_port(), str(out)), nprocs=1, join=True,
+    mp.start_processes(_child, args=(str(tmp / "model"), free_port(), str(out)), nprocs=1, join=True,
                        start_method="spawn")
     return json.loads(out.read_text())
 

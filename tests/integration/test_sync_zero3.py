@@ -9,23 +9,18 @@ bit for bit."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.conftest import free_port
 from trainer.weights.buckets import TensorMeta, iter_buckets, unpack_bucket
 from trainer.weights.gather import gather_zero3_params, iter_zero3_buckets
 
 pytestmark = pytest.mark.integration
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -124,7 +119,7 @@ def ranks(tmp_path_factory) -> Path:
     """The two ranks' results (one spawn for the module's tests)."""
     pytest.importorskip("deepspeed")
     out = tmp_path_factory.mktemp("zero3")
-    mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(free_port(), str(out)), nprocs=2, join=True, start_method="spawn")
     return out
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.conftest import free_port
 from trainer.weights.broadcast import broadcast_buckets, make_sync_group
 from trainer.weights.buckets import iter_buckets, to_safetensors_bytes
 
@@ -217,11 +217,6 @@ def test_without_prefix_cache_reset_stale_kv_is_reused(vllm_engine, hf_refs, mod
         vllm_engine.update_weights(load_tensors(models[0]))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _sender(port: int, model_dir: str, bucket_bytes: int) -> None:
     """Trainer side: group rank 0 streams model 1 in small buckets (layers split across buckets)."""
@@ -233,7 +228,7 @@ def _sender(port: int, model_dir: str, bucket_bytes: int) -> None:
 
 
 def test_receive_weights_over_a_gloo_sync_group(vllm_engine, hf_refs, models) -> None:  # noqa: ANN001
-    port = _free_port()
+    port = free_port()
     sender = mp.get_context("spawn").Process(target=_sender, args=(port, str(models[1]), 200_000), daemon=True)
     sender.start()
     try:
@@ -280,7 +275,7 @@ def test_a_weight_sync_group_forms_again_after_its_other_member_is_gone(vllm_eng
 
 
 def _free_port_and(ports: list[int]) -> int:
-    ports.append(_free_port())
+    ports.append(free_port())
     return ports[-1]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import pickle
-import socket
 import threading
 import time
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.conftest import free_port
 from trainer import collective_deadline as cd
 from trainer.collective_deadline import GroupWatch, NoProgress, ifname_matches, no_progress_line
 
@@ -83,15 +83,10 @@ def test_no_progress_crosses_pickling_with_its_details():
 
 
 # --- GroupWatch on real gloo groups ------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _two_ranks(behaviour, deadline: float = 1.5, arrival_s: float | None = None) -> dict[int, object]:
     """Run behaviour(rank, store, watch) on two threads, one per rank; rank -> what it returned or raised."""
-    port, out = _free_port(), {}
+    port, out = free_port(), {}
 
     def rank(r: int) -> None:
         store = dist.TCPStore("127.0.0.1", port, 2, r == 0, timeout=datetime.timedelta(seconds=30))

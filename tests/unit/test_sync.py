@@ -4,7 +4,6 @@ gloo group (ZeRO-3 gathering: tests/integration/test_sync_zero3.py)."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.conftest import free_port
 from trainer.weights.broadcast import (
     broadcast_buckets,
     broadcast_tensor,
@@ -122,11 +122,6 @@ def test_safetensors_round_trip_including_shared_views() -> None:
     with pytest.raises(TypeError, match="safetensors bytes"):
         from_safetensors_bytes("not bytes")  # type: ignore[arg-type]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _broadcast_worker(rank: int, port: int, out_dir: str) -> None:
