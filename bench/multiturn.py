@@ -12,7 +12,8 @@ python``: the sandbox, a fresh process per call):
   multi-turn run, all samples in ONE call without tools (``ignore_eos``, fixed lengths), each seeded as the
   trainer's rollouts are, and with the sampled tokens' log-probs as both the trainer's rollouts ask for them
   (``--skip-logprobs``: neither side, as with --skip_rollout_logprobs; until 2026-11-27 the baseline alone went
-  without, and the multi-turn side paid for the log-probs: a third of the overhead measured on the CPU);
+  without, and the multi-turn side paid for the log-probs: most of the overhead measured on the CPU, 61 % of
+  which 14.5 % remains);
 - overhead = multi-turn / baseline - 1: the median over ``--repeats`` pairs, each pair back to back (on a
   shared 2-core machine single runs swing by tens of per cent; a pair sees the same machine).
 
@@ -44,8 +45,8 @@ sys.path.insert(0, str(PROJECT))
 
 def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 300, lr: float = 3e-3,
           gpu: bool = False) -> None:
-    """A few seconds of supervised steps so the random-init model writes the search call (on the GPU when there
-    is one: the 0.5B shape)."""
+    """A few seconds of supervised steps so the random-init model writes the call (a ``--model``, such as the 0.5B
+    shape, on the GPU when there is one)."""
     import torch
 
     from trainer.tiny import teach as fit
