@@ -41,6 +41,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -59,11 +60,13 @@ def sample(model: str, tp: int, prompts: list[str], new_tokens: int, dtype: str,
     return [{"prompt": s.prompt_token_ids, "response": s.response_token_ids, "vllm": s.logprobs} for s in got]
 
 
-def score(model: str, rows: list[dict], dtype: str, temperature: float, device: str,
-          micro: int = 0, bf16_rope: bool = False) -> tuple[list, dict, list | None]:
-    """The trainer's log-probs of each row's response (its forward: left to right, one sequence at a time), the
-    logits' scale, and with ``micro`` > 0 the same log-probs as make_experience computes them: padded micro
-    batches of ``micro`` rows through trainer.learn.model_worker.padded_logprobs."""
+def score(model: str, rows: list[dict], dtype: str, temperature: float, device: str, micro: int = 0,
+          bf16_rope: bool = False) -> tuple[dict[str, list], dict]:
+    """The trainer's log-probs of each row's response, from one load of the model: ``single`` (its forward, left to
+    right, one sequence at a time); with ``micro`` > 0 ``batched`` (as make_experience computes them: padded micro
+    batches of ``micro`` rows through trainer.learn.model_worker.padded_logprobs); with ``bf16_rope``, last,
+    ``bf16_rope`` (one at a time with the RoPE frequencies cast to bf16, as ZeRO-3's zero.Init left the trainer's
+    until trainer.learn.model_worker.fp32_rope). And the logits' scale of the ``single`` pass."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -73,37 +76,46 @@ def score(model: str, rows: list[dict], dtype: str, temperature: float, device: 
 
     m = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     m.to(device).eval()
-    if bf16_rope:  # as ZeRO-3's zero.Init left the trainer's RoPE until 2026-11-27 (trainer.learn.model_worker.fp32_rope)
-        for mod in m.modules():
-            if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-                mod.inv_freq = mod.inv_freq.to(torch.bfloat16)
-    out, top, std = [], 0.0, []
-    batched = None
-    with torch.no_grad():
+    top, std = 0.0, []
+
+    def one_at_a_time(m: Any) -> list[list[float]]:
+        nonlocal top
+        got = []
         for row in rows:
             ids = torch.tensor([row["prompt"] + row["response"]], device=device)
             logits = m(input_ids=ids).logits
             n = len(row["response"])
-            lp = log_probs_from_logits(logits[:, :-1], ids[:, 1:], temperature=temperature)[0, -n:]
-            out.append(lp.float().cpu().tolist())
+            got.append(log_probs_from_logits(logits[:, :-1], ids[:, 1:], temperature=temperature)[0, -n:]
+                       .float().cpu().tolist())
             tail = logits[0, -n - 1:-1].float()
             top = max(top, tail.abs().max().item())
             std.append(tail.std().item())
+        return got
+
+    out: dict[str, list] = {}
+    with torch.no_grad():
+        out["single"] = one_at_a_time(m)
+        scale = {"max_abs_logit": top, "logit_std": sum(std) / max(len(std), 1)}
         if micro > 0:
             tok = AutoTokenizer.from_pretrained(model)
             pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-            batched = []
+            out["batched"] = []
             for lo in range(0, len(rows), micro):
                 part = rows[lo:lo + micro]
                 exp = build_experience([r["prompt"] for r in part], [r["response"] for r in part], pad)
                 lp = padded_logprobs(m, exp.input_ids.to(device), exp.attention_mask.to(device),
                                      exp.action_mask.size(1), temperature).float().cpu()
-                batched += [lp[i, :len(r["response"])].tolist() for i, r in enumerate(part)]
+                out["batched"] += [lp[i, :len(r["response"])].tolist() for i, r in enumerate(part)]
+        if bf16_rope:
+            for mod in m.modules():
+                if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+                    mod.inv_freq = mod.inv_freq.to(torch.bfloat16)
+            out["bf16_rope"] = one_at_a_time(m)
     del m
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-    return out, {"max_abs_logit": top, "logit_std": sum(std) / max(len(std), 1)}, batched
+    return out, scale
 
 
 def compare(a: list[list[float]], b: list[list[float]], buckets: int = 4) -> dict:
@@ -146,18 +158,19 @@ def main(argv: list[str] | None = None) -> int:
             rows = sample(args.model, tp, prompts, args.new_tokens, args.dtype, args.temperature, args.seed,
                           eager=mode == "eager")
             vllm = [r["vllm"] for r in rows]
-            ours, scale, batched = score(args.model, rows, args.dtype, args.temperature, device, args.micro)
+            bf16 = args.dtype != "float32"
+            got, scale = score(args.model, rows, args.dtype, args.temperature, device, args.micro, bf16_rope=bf16)
+            ours = got["single"]
             res = {"tokens": sum(len(r["response"]) for r in rows), **scale,
                    "vllm_vs_trainer": compare(vllm, ours)}
-            if batched is not None:
-                res["vllm_vs_trainer_batched"] = compare(vllm, batched)
-                res["trainer_batched_vs_single"] = compare(batched, ours)
-            if args.dtype != "float32":
-                exact, _, _ = score(args.model, rows, "float32", args.temperature, device)
+            if "batched" in got:
+                res["vllm_vs_trainer_batched"] = compare(vllm, got["batched"])
+                res["trainer_batched_vs_single"] = compare(got["batched"], ours)
+            if bf16:
+                exact = score(args.model, rows, "float32", args.temperature, device)[0]["single"]
                 res["trainer_bf16_vs_fp32"] = compare(ours, exact)
                 res["vllm_vs_trainer_fp32"] = compare(vllm, exact)
-                old, _, _ = score(args.model, rows, args.dtype, args.temperature, device, bf16_rope=True)
-                res["vllm_vs_trainer_bf16_rope"] = compare(vllm, old)
+                res["vllm_vs_trainer_bf16_rope"] = compare(vllm, got["bf16_rope"])
             results[f"tp{tp}_{mode}"] = res
             print(f"TP {tp}, {mode}: {res['tokens']} tokens, max |logit| {scale['max_abs_logit']:.1f}, logit std "
                   f"{scale['logit_std']:.2f}", flush=True)

@@ -177,7 +177,7 @@ class HfEngine(RolloutEngine):
             input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
             max_new_tokens=max(max(budgets), 1), eos_token_id=self.eos_id, pad_token_id=self.pad_id,
             stopping_criteria=StoppingCriteriaList([StopAt()]) if stop else None, return_dict_in_generate=True,
-            output_logits=True, **sampling)
+            output_logits=logprobs, **sampling)
         new_dev = out.sequences[:, width:]
         logp = _sampled_logprobs(out.logits, new_dev, temperature).tolist() if logprobs else None
         results = []

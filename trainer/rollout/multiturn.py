@@ -370,12 +370,11 @@ def run_tool_rollout_streaming(
                             if (c := _end_turn(rows[i], out, box, max_new_tokens, eos_id)) is not None]
                 stats.other_s += time.perf_counter() - t1
             if inflight is not None and (inflight.done() or not stepper.pending()):
-                t2 = time.perf_counter()
+                waited = time.perf_counter()
                 batch, found, took = inflight.result()  # blocks only when nothing else can run
                 inflight = None
-                t3 = time.perf_counter()
-                stats.idle_s += t3 - t2
-                t2 = t3
+                t2 = time.perf_counter()
+                stats.idle_s += t2 - waited
                 stats.tool_s += took
                 stats.tool_calls += len(batch)
                 for (i, call), block in zip(batch, found, strict=True):
