@@ -89,6 +89,13 @@ def main() -> int:
     parser.add_argument("--skip-logprobs", action="store_true",
                         help="both sides without the sampled tokens' log-probs (--skip_rollout_logprobs); by default "
                              "both ask for them, as the trainer's rollouts do")
+    parser.add_argument("--capture", type=int, default=None,
+                        help="on a GPU: the largest step (tokens) the engine captures a CUDA graph for (vLLM's "
+                             "max_cudagraph_capture_size; its default: 512, or twice max_num_seqs when smaller)")
+    parser.add_argument("--rejoin", choices=("both", "budget", "all"), default="both",
+                        help="samples back from a tool join: 'budget', as many per step as stay within the CUDA "
+                             "graphs (the engine's default), 'all' at once, or 'both' alternately in each pair "
+                             "(an engine without graphs has one way only)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -132,8 +139,14 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     from trainer.rollout.vllm_engine import VllmEngine
 
     extra = {} if args.block_size is None else {"block_size": args.block_size}
+    if args.capture is not None:
+        extra["compilation_config"] = {"max_cudagraph_capture_size": args.capture}
     engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
                         gpu_memory_utilization=args.gpu_util, **extra)
+    budget = engine.rejoin_tokens  # the largest step on a CUDA graph (None without graphs)
+    variants = {"budget": budget, "all": None}
+    if budget is None or args.rejoin != "both":
+        variants = {"all": None} if budget is None else {args.rejoin: variants[args.rejoin]}
     batch = prompts[:args.prompts]
 
     def baseline(samples, r: int, with_inserted: bool) -> float:
@@ -167,23 +180,44 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
             del inner.step  # the class's method again
         return took, count[0]
 
-    rows = []
+    rows: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
-        engine.reset_prefix_cache()
-        t0 = time.perf_counter()
-        samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
-                                                    tools=settings, logprobs=not args.skip_logprobs)
-        t_mt = time.perf_counter() - t0
+        # each variant with the same seed (the same samples but for timing), then the one-pass baselines of the
+        # first variant's samples; the variants' order alternates, so neither always runs first
+        names = list(variants) if r % 2 == 0 else list(variants)[::-1]
+        runs = {}
+        for name in names:
+            engine.rejoin_tokens = variants[name]
+            engine.reset_prefix_cache()
+            t0 = time.perf_counter()
+            samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
+                                                        tools=settings, logprobs=not args.skip_logprobs)
+            runs[name] = (samples, stats, time.perf_counter() - t0)
+        engine.rejoin_tokens = budget
+        samples = runs[names[0]][0]
         t_base, base_steps = baseline(samples, r, with_inserted=False)
         t_ins, _ = baseline(samples, r, with_inserted=True)
         if r:
-            rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "tool": stats["tool_s"],
-                         "tokenize": stats["tokenize_s"], "other": stats["other_s"], "idle": stats["idle_s"],
-                         "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_steps,
-                         "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
-                         "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
-                         "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+            for name, (samples, stats, t_mt) in runs.items():
+                rows[name].append({
+                    "mt": t_mt, "base": t_base, "ins": t_ins, "tool": stats["tool_s"], "tokenize": stats["tokenize_s"],
+                    "other": stats["other_s"], "idle": stats["idle_s"], "gen": stats["generate_s"],
+                    "steps": stats["steps"], "base_steps": base_steps, "joined_steps": stats["joined_steps"],
+                    "joined": stats["joined_s"], "deferred": stats.get("deferred", 0.0),
+                    "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
+                    "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
     engine.shutdown()
+    print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
+          f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
+          f"load average {os.getloadavg()[0]:.1f}; steps on CUDA graphs up to {budget or '-'} tokens")
+    for name, part in rows.items():
+        how = {"all": "samples back from a tool join at once",
+               "budget": f"samples back from a tool join as many per step as keep it <= {budget} tokens"}[name]
+        print(f"--- {name}: {how}")
+        report(args, part)
+
+
+def report(args, rows: list[dict]) -> None:
     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
     ratios = sorted(row["mt"] / row["base"] for row in rows)
     q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
@@ -192,9 +226,6 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         return 100 * statistics.median(row[key] / row["base"] for row in rows)
 
     prefill = 100 * statistics.median((row["ins"] - row["base"]) / row["base"] for row in rows)
-    print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
-          f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
-          f"load average {os.getloadavg()[0]:.1f}")
     print(f"samples that called the tool: {med['called']:.2f}; errors per rollout: {med['errors']:.0f}")
     print(f"multi-turn rollout: {med['mt']:.3f} s (median of {args.repeats}); same generated tokens in one pass: "
           f"{med['base']:.3f} s; with the inserted tokens in the prompts: {med['ins']:.3f} s")
@@ -214,7 +245,8 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     decode_ms = 1000 * (med["gen"] - med["joined"]) / max(med["steps"] - med["joined_steps"], 1)
     print(f"  of the multi-turn steps: {med['joined_steps']:.0f} right after requests joined (the prompts, samples "
           f"back from a tool: their prefill beside the others' decoding), {1000 * med['joined'] / max(med['joined_steps'], 1):.2f} "
-          f"ms each, {share('joined'):.1f} % of the one-pass time; the others {decode_ms:.2f} ms each")
+          f"ms each, {share('joined'):.1f} % of the one-pass time; the others {decode_ms:.2f} ms each; sample-steps "
+          f"spent waiting for room in a step: {med['deferred']:.0f}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,12 @@ def added_keys(a: list[dict], b: list[dict]) -> list[str]:
 
 
 def curve(rows: list[dict], every: int, t0: float | None) -> str:
-    """Mean exact match (or reward) and tool-call rate over ``every`` steps, and the minutes at each range's end."""
+    """Mean exact match (or reward) and tool-call rate over ``every`` steps, and the minutes at each range's end;
+    then each evaluation's exact match (--eval_data: a row of its own for --eval_at_start's step 0)."""
+    evals = [r for r in rows if "eval/exact_match" in r]
+    rows = [r for r in rows if "reward/mean" in r]
+    if not rows:
+        return "no training step logged"
     score = "reward/exact_match" if "reward/exact_match" in rows[0] else "reward/mean"
     rate = next((k for k in ("tools/rate", "search/rate") if k in rows[0]), None)
     lines = [f"{'steps':>9} {'minutes':>8} {score.split('/')[-1]:>11}" + (f" {rate:>11}" if rate else "")]
@@ -63,6 +68,8 @@ def curve(rows: list[dict], every: int, t0: float | None) -> str:
         if rate:
             line += f" {sum(r[rate] for r in part) / len(part):11.3f}"
         lines.append(line)
+    lines += [f"eval after step {r['step']}: exact match {r['eval/exact_match']:.3f}, greedy "
+              f"{r.get('eval/greedy_exact_match', float('nan')):.3f}" for r in evals]
     return "\n".join(lines)
 
 

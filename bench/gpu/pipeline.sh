@@ -38,6 +38,10 @@
 #            token (issue 38); on one GPU, inputs makes the 7B with MAKE7B=1
 #   seed32b  32b-rloo-1node with a Qwen2.5-32B-shaped model (made by `inputs` with MAKE32=1), one node of 4
 #            GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
+#   tools    (2 GPUs, TOOLS_GPUS) tiny-search through the trainer with vLLM engines and an evaluation, then with
+#            the HF engine (bench/tool_curve.py): the multi-turn code on GPUs
+#   par      (x4) logprob7b on 0-1, then multiturn on 0; beside tools on 2-3, then multiturn at the 0.5B shape with
+#            CUDA graphs up to 2048 tokens on 2
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 root=$PWD
@@ -154,22 +158,55 @@ stage_step1() {  # one GPU: the colocated 0.5B job with a cold, then a warm comp
   done
 }
 
-gpu_free() {  # wait (<= 120 s) until the GPUs hold < 2 GiB each: the last stage's processes are gone
-  local end=$(( $(date +%s) + 120 ))
+gpu_free() {  # gpu_free [IDS]: wait (<= 120 s) until the GPUs (IDS: those, e.g. 2,3) hold < 2 GiB each: the last
+  # stage's processes are gone
+  local end=$(( $(date +%s) + 120 )) ids=()
+  [ -n "${1:-}" ] && ids=(-i "$1")
   while [ "$(date +%s)" -lt "$end" ]; do
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '$1 > 2048 {busy=1} END {exit busy}' && return 0
+    nvidia-smi "${ids[@]}" --query-gpu=memory.used --format=csv,noheader,nounits | awk '$1 > 2048 {busy=1} END {exit busy}' && return 0
     sleep 3
   done
   echo "GPUs still busy: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
 }
 
 stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
-  gpu_free
+  gpu_free "${STEP1_GPU:-0}"
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
-  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens)
-  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7
+  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens); each
+  # pair runs the rollout twice, samples back from a tool joining within the CUDA graphs and all at once
+  # (MT_CAPTURE: the engines' largest graph, tokens; vLLM's default 512)
+  local capture=()
+  [ -n "${MT_CAPTURE:-}" ] && capture=(--capture "$MT_CAPTURE")
+  if [ -z "${MT_ONLY05:-}" ]; then
+    CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7 \
+      "${capture[@]}"
+  fi
   CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7 \
-    --model $work/m05 --teach-lr 3e-4
+    --model $work/m05 --teach-lr 3e-4 "${capture[@]}"
+}
+
+stage_tools() {  # issue 37: the multi-turn code on GPUs through the trainer and Ray actors: tiny-search with vLLM
+  # engines (Engines.generate_with_tools, the evaluator's multi-turn pass, the loop), then with the HF engine
+  # (HfEngine.complete's turns). TOOLS_GPUS: two GPUs (the policy's and the engine's; default 0,1)
+  local gpus=${TOOLS_GPUS:-0,1}
+  gpu_free "$gpus"
+  local q=$work/tools/build/tiny/search-copy1/questions.jsonl
+  CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools --every 2 \
+    --set max_steps=10 --set eval_data=$q --set eval_steps=5 --set eval_at_start=true || return 1
+  CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools_hf --every 1 \
+    --set max_steps=3 --set rollout_backend=hf --set vllm_num_engines=0 --set enable_prefix_caching=false
+}
+
+stage_par() {  # x4: logprob7b (GPUs 0-1) and then multi-turn at vLLM's default graphs (GPU 0), beside tools (2-3) and
+  # then multi-turn at the 0.5B shape with graphs up to 2048 tokens (GPU 2): 4 stages' GPU work in the time of 2
+  ( stage_logprob7b >"$res/logprob7b.log" 2>&1; echo "logprob7b rc=$?"
+    STEP1_GPU=0 stage_multiturn >"$res/multiturn.log" 2>&1; echo "multiturn rc=$?" ) &
+  ( TOOLS_GPUS=2,3 stage_tools >"$res/tools.log" 2>&1; echo "tools rc=$?"
+    STEP1_GPU=2 MT_CAPTURE=2048 MT_ONLY05=1 stage_multiturn >"$res/multiturn2048.log" 2>&1
+    echo "multiturn2048 rc=$?" ) &
+  wait
+  grep -h "rc=" "$res"/par.log 2>/dev/null | grep -qv "rc=0" && return 1
+  return 0
 }
 
 run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
@@ -193,7 +230,8 @@ case ${1:-} in
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=480
-                       [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260)
+                       [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
+                       [tools]=600 [par]=900)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

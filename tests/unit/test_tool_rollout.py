@@ -301,3 +301,50 @@ def test_streaming_refuses_an_engine_that_drops_a_request() -> None:
     with pytest.raises(RuntimeError, match=r"no completion for samples \[1\]"):
         _stream({1: ["<answer>a</answer>"], 2: ["<answer>b</answer>"]}, ["Q1", "Q2"],
                 stepper=Drops({1: ["<answer>a</answer>"], 2: ["<answer>b</answer>"]}))
+
+
+class Budgeted(Steps):
+    """:class:`Steps` with a token budget per step (``step_tokens``, as a vLLM engine's largest CUDA graph): records,
+    for every step, the requests that were decoding and the new tokens of the samples that rejoined before it."""
+
+    def __init__(self, turns, step_tokens):
+        super().__init__(turns)
+        self.step_tokens = step_tokens
+        self.submitted: dict[int, list[int]] = {}  # key -> its last context
+        self.last: dict[int, int] = {}  # key -> its context + generated tokens when its turn ended
+        self.joins: list[int] = []  # new tokens of the samples rejoining before the coming step
+        self.log: list[tuple[int, list[int]]] = []  # per step: (requests decoding, [new tokens of each rejoin])
+
+    def submit(self, key, context, max_tokens, stop, temperature, top_p, seed):
+        if key in self.last:
+            self.joins.append(len(context) - self.last[key] + 16)
+        self.submitted[key] = list(context)
+        super().submit(key, context, max_tokens, stop, temperature, top_p, seed)
+
+    def step(self):
+        self.log.append((len(self.live) - len(self.joins), self.joins))
+        self.joins = []
+        ended = super().step()
+        for key, out in ended:
+            self.last[key] = len(self.submitted[key]) + len(out.token_ids)
+        return ended
+
+
+def test_samples_back_from_a_tool_join_within_the_step_budget_and_sample_the_same() -> None:
+    """With ``step_tokens`` (the largest step on a CUDA graph), the samples back from a tool rejoin as many per
+    step as fit beside the decoding ones, at least one a step, the rest a step later; every sample is what it
+    is without the budget (their seeds do not depend on the step they join in)."""
+    turns = {k: [f"<search>q{k}</search>", "<answer>" + "a" * (5 + k) + "</answer>"] for k in range(8)}
+    turns[8] = ["x" * 70 + "<answer>y</answer>"]  # decoding all along: the others rejoin beside it
+    prompts = [f"Q{k}" for k in turns]
+    free, _, _, _ = _stream({k: list(v) for k, v in turns.items()}, prompts)
+    stepper = Budgeted({k: list(v) for k, v in turns.items()}, step_tokens=45)
+    budgeted, stats, _, tool = _stream(turns, prompts, stepper=stepper)
+    key = lambda rows: [(r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason) for r in rows]  # noqa: E731
+    assert key(budgeted) == key(free)
+    assert tool.batches == [[f"q{k}" for k in range(8)]]
+    rejoined = [(decoding, joins) for decoding, joins in stepper.log if joins]
+    assert len(rejoined) > 1 and stats.deferred > 0, stepper.log  # 8 samples back at once did not fit one step
+    for decoding, joins in rejoined:
+        assert len(joins) == 1 or decoding + sum(joins) <= 45, stepper.log
+    assert sum(len(j) for _, j in rejoined) == 8
