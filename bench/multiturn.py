@@ -149,7 +149,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         variants = {"all": None} if budget is None else {args.rejoin: variants[args.rejoin]}
     batch = prompts[:args.prompts]
 
-    def baseline(samples, r: int, with_inserted: bool) -> float:
+    def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> float:
         engine.reset_prefix_cache()
         lengths = [max(sum(s.action_mask), 1) for s in samples]
         contexts = [s.prompt_token_ids + ([t for t, m in zip(s.response_token_ids, s.action_mask, strict=True) if m == 0]
@@ -161,8 +161,11 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         # rollout asks for them (unless --skip_rollout_logprobs): a vLLM step with them costs ~46 % more at this
         # size on the CPU build (2026-11-27), which is no cost of the tools.
         lp = None if args.skip_logprobs else 0
+        # ``stops``: the turns' stop strings, which the engine's front end checks on every new token's text (never
+        # met before min_tokens: the same tokens, the checking's cost alone)
         params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i,
-                                 logprobs=lp) for i, k in enumerate(lengths)]
+                                 logprobs=lp, stop=list(stops) or None, include_stop_str_in_output=bool(stops))
+                  for i, k in enumerate(lengths)]
         inner = engine.llm.llm_engine
         count = [0]
         step = inner.step
@@ -197,10 +200,12 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         samples = runs[names[0]][0]
         t_base, base_steps = baseline(samples, r, with_inserted=False)
         t_ins, _ = baseline(samples, r, with_inserted=True)
+        stops = next(iter(engine.__dict__["_toolboxes"].values())).stops  # the toolbox generate_with_tools made
+        t_stops, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
         if r:
             for name, (samples, stats, t_mt) in runs.items():
                 rows[name].append({
-                    "mt": t_mt, "base": t_base, "ins": t_ins, "tool": stats["tool_s"], "tokenize": stats["tokenize_s"],
+                    "mt": t_mt, "base": t_base, "ins": t_ins, "stops": t_stops, "tool": stats["tool_s"], "tokenize": stats["tokenize_s"],
                     "other": stats["other_s"], "idle": stats["idle_s"], "gen": stats["generate_s"],
                     "steps": stats["steps"], "base_steps": base_steps, "joined_steps": stats["joined_steps"],
                     "joined": stats["joined_s"], "deferred": stats.get("deferred", 0.0),
@@ -226,6 +231,7 @@ def report(args, rows: list[dict]) -> None:
         return 100 * statistics.median(row[key] / row["base"] for row in rows)
 
     prefill = 100 * statistics.median((row["ins"] - row["base"]) / row["base"] for row in rows)
+    stop_check = 100 * statistics.median((row["stops"] - row["base"]) / row["base"] for row in rows)
     print(f"samples that called the tool: {med['called']:.2f}; errors per rollout: {med['errors']:.0f}")
     print(f"multi-turn rollout: {med['mt']:.3f} s (median of {args.repeats}); same generated tokens in one pass: "
           f"{med['base']:.3f} s; with the inserted tokens in the prompts: {med['ins']:.3f} s")
@@ -234,7 +240,8 @@ def report(args, rows: list[dict]) -> None:
     print(f"overhead: {100 * (statistics.median(ratios) - 1):.1f} % of generate time (median of the pairs; quartiles "
           f"{100 * (q1 - 1):.1f} / {100 * (q3 - 1):.1f} %; ratio of the medians {100 * (med['mt'] / med['base'] - 1):.1f} %)")
     print(f"where it went (% of the one-pass time): tool calls {share('tool'):.1f} (overlapping the decoding), "
-          f"prefill of the inserted tokens {prefill:.1f}, tokenizing the results {share('tokenize'):.1f}, "
+          f"prefill of the inserted tokens {prefill:.1f}, checking the turns' stop strings {stop_check:.1f}, "
+          f"tokenizing the results {share('tokenize'):.1f}, "
           f"bookkeeping between turns {share('other'):.1f}")
     # The critical path in engine steps: a pass lasts as many steps as its longest sample; a multi-turn rollout
     # also waits for its slowest sample's tool call (idle: nothing left to step) and re-reads the inserted tokens.

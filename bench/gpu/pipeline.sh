@@ -188,13 +188,21 @@ stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass 
 stage_tools() {  # issue 37: the multi-turn code on GPUs through the trainer and Ray actors: tiny-search with vLLM
   # engines (Engines.generate_with_tools, the evaluator's multi-turn pass, the loop), then with the HF engine
   # (HfEngine.complete's turns). TOOLS_GPUS: two GPUs (the policy's and the engine's; default 0,1)
-  local gpus=${TOOLS_GPUS:-0,1}
+  # (one GPU: the engine colocated with the policy, asleep while it trains). The runs' logs and metrics go to results.
+  local gpus=${TOOLS_GPUS:-0,1} one=() rc=0
   gpu_free "$gpus"
+  [[ $gpus != *,* ]] && one=(--set colocate_all_models=true --set vllm_enable_sleep=true
+                             --set vllm_gpu_memory_utilization=0.3)
   local q=$work/tools/build/tiny/search-copy1/questions.jsonl
-  CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools --every 2 \
-    --set max_steps=10 --set eval_data=$q --set eval_steps=5 --set eval_at_start=true || return 1
-  CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools_hf --every 1 \
-    --set max_steps=3 --set rollout_backend=hf --set vllm_num_engines=0 --set enable_prefix_caching=false
+  CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools --every 2 "${one[@]}" \
+    --set max_steps=${TOOLS_STEPS:-10} --set eval_data=$q --set eval_steps=5 --set eval_at_start=true || rc=1
+  mkdir -p "$res/tools_vllm" && cp $work/tools/run1.log $work/tools/run1/metrics.jsonl "$res/tools_vllm/" 2>/dev/null
+  if [ -z "${TOOLS_VLLM_ONLY:-}" ]; then
+    CUDA_VISIBLE_DEVICES=$gpus python3 bench/tool_curve.py tiny-search --keep $work/tools_hf --every 1 "${one[@]}" \
+      --set max_steps=3 --set rollout_backend=hf --set vllm_num_engines=0 --set enable_prefix_caching=false || rc=1
+    mkdir -p "$res/tools_hf" && cp $work/tools_hf/run1.log $work/tools_hf/run1/metrics.jsonl "$res/tools_hf/" 2>/dev/null
+  fi
+  return $rc
 }
 
 stage_par() {  # x4: logprob7b (GPUs 0-1) and then multi-turn at vLLM's default graphs (GPU 0), beside tools (2-3) and
