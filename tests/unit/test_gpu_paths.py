@@ -124,36 +124,29 @@ def test_flash_attn_is_refused_clearly_without_cuda_and_sdpa_is_the_default():
         attn_implementation(True)
 
 
-def test_zero3_fetches_small_modules_whole_on_cuda_only():
-    """The module-granularity setting (one fetch per decoder layer of a small model) is on for ZeRO-3 on CUDA,
-    off on CPU (DeepSpeed's leaf-module path calls record_stream on gradients, which CPU tensors lack) and
-    for other stages, and an explicit value wins."""
-    from trainer.learn.model_worker import GRANULARITY_THRESHOLD, PERSISTENCE_THRESHOLD, ds_config
+def test_zero3_has_no_module_granularity_setting_unless_asked():
+    """ZeRO-3 fetches and reduces per module, as DeepSpeed does by default, on CUDA and CPU alike: the module
+    granularity setting that was on for CUDA made small models one leaf module whose gradients were never
+    reduced (see trainer.learn.model_worker.GRANULARITY_THRESHOLD). An explicit value is kept (ZeRO-3 only)."""
+    from trainer.learn.model_worker import PERSISTENCE_THRESHOLD, ds_config
 
     key = "stage3_module_granularity_threshold"
-    on_gpu = ds_config(3, True, 8, 8, cuda=True)["zero_optimization"]
-    assert on_gpu[key] == GRANULARITY_THRESHOLD > 0
-    assert on_gpu["stage3_param_persistence_threshold"] == PERSISTENCE_THRESHOLD
-    assert key not in ds_config(3, False, 8, 8, cuda=False)["zero_optimization"]
-    assert key not in ds_config(2, True, 8, 8, cuda=True)["zero_optimization"]
-    assert key not in ds_config(3, True, 8, 8, cuda=True, granularity_threshold=0)["zero_optimization"]
-    assert ds_config(3, True, 8, 8, cuda=False, granularity_threshold=7)["zero_optimization"][key] == 7
+    zero = ds_config(3, True, 8, 8)["zero_optimization"]
+    assert key not in zero and zero["stage3_param_persistence_threshold"] == PERSISTENCE_THRESHOLD
+    assert key not in ds_config(3, False, 8, 8)["zero_optimization"]
+    assert key not in ds_config(2, True, 8, 8, granularity_threshold=7)["zero_optimization"]
+    assert ds_config(3, True, 8, 8, granularity_threshold=7)["zero_optimization"][key] == 7
 
 
-def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_model():
+def test_a_granularity_that_makes_the_whole_model_one_unit_is_refused():
     """trainer's count of the model's granularity equals DeepSpeed's own (its ZeRO-3 offload's recursive
-    count run on the same modules); the granularity setting stays where it makes the whole model one unit
-    and is dropped where it would only make inner modules units."""
+    count run on the same modules); a threshold at or above it (the whole model one leaf module: no gradient
+    would ever be reduced) is refused naming both numbers, one below it (inner modules only) is kept."""
     import sys
 
     from deepspeed.runtime.zero.parameter_offload import DeepSpeedZeRoOffload
 
-    from trainer.learn.model_worker import (
-        GRANULARITY_THRESHOLD,
-        ds_config,
-        fetch_whole_if_small,
-        top_granularity,
-    )
+    from trainer.learn.model_worker import check_granularity, ds_config, top_granularity
     from trainer.tiny import make_model
 
     class Tower(torch.nn.Module):  # a container inside, a parameter-free child, a module of its own parameters
@@ -182,14 +175,12 @@ def test_top_granularity_is_deepspeeds_and_the_setting_stays_only_for_a_whole_mo
     for model in (Tower(16, 3), Tower(300, 2), tiny, torch.nn.Linear(4, 4)):
         assert top_granularity(model) == deepspeeds(model), type(model).__name__
 
-    small = ds_config(3, True, 8, 8, cuda=True)
-    assert fetch_whole_if_small(Tower(16, 3), small)
-    assert small["zero_optimization"]["stage3_module_granularity_threshold"] == GRANULARITY_THRESHOLD
-    wide = Tower(5000, 2)  # 5000 x 5000 linears: the whole model is above the threshold
-    assert top_granularity(wide) > GRANULARITY_THRESHOLD
-    large = ds_config(3, True, 8, 8, cuda=True)
-    assert not fetch_whole_if_small(wide, large)
-    assert "stage3_module_granularity_threshold" not in large["zero_optimization"]
+    whole = top_granularity(tiny)
+    with pytest.raises(ValueError, match=rf"makes the whole model one ZeRO-3 leaf module \(its granularity is {whole}\)"
+                                         rf".*expected 0 \(off\) or a threshold below {whole}"):
+        check_granularity(tiny, ds_config(3, False, 8, 8, granularity_threshold=5_000_000))
+    check_granularity(tiny, ds_config(3, False, 8, 8, granularity_threshold=whole - 1))  # inner modules only
+    check_granularity(tiny, ds_config(3, False, 8, 8))
 
 
 def test_an_engine_started_beside_loading_models_sizes_its_kv_cache_from_its_share(tmp_path):
@@ -223,12 +214,12 @@ def test_partial_adam_offload_reaches_deepspeeds_config_and_is_valid_there():
 
     from trainer.learn.model_worker import ds_config
 
-    half = ds_config(3, True, 2, 8, adam_offload=True, cuda=True, offload_ratio=0.5)["zero_optimization"]
+    half = ds_config(3, True, 2, 8, adam_offload=True, offload_ratio=0.5)["zero_optimization"]
     assert half["offload_optimizer"]["ratio"] == 0.5 and half["offload_optimizer"]["device"] == "cpu"
     assert DeepSpeedZeroConfig(**half).offload_optimizer.ratio == 0.5
-    full = ds_config(3, True, 2, 8, adam_offload=True, cuda=True)["zero_optimization"]
+    full = ds_config(3, True, 2, 8, adam_offload=True)["zero_optimization"]
     assert "ratio" not in full["offload_optimizer"]
-    assert "offload_optimizer" not in ds_config(3, True, 2, 8, cuda=True, offload_ratio=0.5)["zero_optimization"]
+    assert "offload_optimizer" not in ds_config(3, True, 2, 8, offload_ratio=0.5)["zero_optimization"]
 
 
 def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):

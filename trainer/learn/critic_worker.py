@@ -16,9 +16,9 @@ from trainer.learn.group import DistributedWorker
 from trainer.learn.losses import value_loss
 from trainer.learn.model_worker import (
     attn_implementation,
+    check_granularity,
     cpu_adam_threads,
     ds_config,
-    fetch_whole_if_small,
     fp32_rope,
     to_device,
 )
@@ -75,7 +75,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         model = ValueModel(backbone, hidden)
         if bf16:
             model.value_head.to(torch.bfloat16)
-        fetch_whole_if_small(model, self.config)
+        check_granularity(model, self.config)
         params = [p for p in model.parameters() if p.requires_grad]
         if adam_offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam

@@ -39,12 +39,14 @@ def attn_implementation(flash_attn: bool) -> str:
 PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed's default; 0.74x the train phase of threshold 0 on one H100
 
 
-#: ZeRO-3 fetches a module whose parameters per descendant are below this as one unit (one hook instead of
-#: one per projection and norm). Kept only where it makes the whole model one unit (fetch_whole_if_small:
-#: models up to 1e9 parameters): the train phase of the 0.5B shape on one H100 4.41 -> 1.68 s
-#: (bench/gpu/train_step.py, docs/benchmarks.md). CUDA only: DeepSpeed 0.19.8's leaf-module path calls
-#: record_stream on gradients, which CPU tensors do not have.
-GRANULARITY_THRESHOLD = 5_000_000
+#: No ZeRO-3 module-granularity setting by default (``stage3_module_granularity_threshold``). From 2026-11-24
+#: to 2026-11-27 it was on for CUDA at 5e6 parameters per module, where it made a model up to ~1e9 parameters
+#: (the 0.5B shape, the tiny demo models) ONE ZeRO-3 leaf module: "faster" (the 0.5B train phase on an H100
+#: 4.41 -> 1.68 s) because nothing was trained. A leaf module's gradients are reduced by a backward hook that
+#: fires only for inputs that need a gradient (DeepSpeed PR 5008/5074); a whole model's input is token ids, so
+#: its gradients never reached the optimizer (grad norm 0, the warm-up's loss flat for 400 steps on an H200,
+#: reproduced on one CPU rank: tests/integration/test_zero3_granularity.py). check_granularity refuses it.
+GRANULARITY_THRESHOLD = 0
 
 
 def padded_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_actions: int,
@@ -119,32 +121,34 @@ def top_granularity(model: torch.nn.Module) -> int:
     return params // layers
 
 
-def fetch_whole_if_small(model: torch.nn.Module, config: dict[str, Any]) -> bool:
-    """Keep the default granularity setting only where it makes the whole model one ZeRO-3 unit (what was
-    measured: bench/gpu/train_step.py), and drop it where it would only make some inner modules units (a
-    threshold of that kind failed on the H100, not understood yet). Returns whether it stays."""
-    zero = config["zero_optimization"]
-    threshold = zero.get("stage3_module_granularity_threshold", 0)
-    if threshold and top_granularity(model) <= threshold:
-        return True
-    zero.pop("stage3_module_granularity_threshold", None)
-    return False
+def check_granularity(model: torch.nn.Module, config: dict[str, Any]) -> None:
+    """Refuse a module-granularity setting (an explicit ``granularity_threshold``) that makes the whole model one
+    ZeRO-3 leaf module: DeepSpeed would never reduce its gradients (see GRANULARITY_THRESHOLD), and training
+    would change no weight without a word. A setting that makes only inner modules leaves (their inputs are
+    hidden states, which need gradients) is left as it is."""
+    threshold = config["zero_optimization"].get("stage3_module_granularity_threshold", 0)
+    granularity = top_granularity(model)
+    if threshold and granularity <= threshold:
+        raise ValueError(
+            f"stage3_module_granularity_threshold {threshold} makes the whole model one ZeRO-3 leaf module (its "
+            f"granularity is {granularity}): DeepSpeed reduces a leaf module's gradients only through inputs that "
+            "need a gradient, and a model's input is token ids, so no weight would ever change; expected 0 (off) "
+            f"or a threshold below {granularity}")
 
 
 def ds_config(zero_stage: int, bf16: bool, micro_batch: int, grad_accum: int, adam_offload: bool = False,
               max_norm: float = 1.0, train: bool = True,
               persistence_threshold: int | None = None, granularity_threshold: int | None = None,
-              cuda: bool | None = None, offload_ratio: float = 1.0) -> dict[str, Any]:
+              offload_ratio: float = 1.0) -> dict[str, Any]:
     """The DeepSpeed config of one model (training or inference). granularity_threshold: ZeRO-3 fetches
     modules of fewer parameters per descendant than this as one unit (one hook instead of one per child);
-    None = GRANULARITY_THRESHOLD on CUDA, 0 (off) on CPU. offload_ratio: with adam_offload, the share of the
+    None = GRANULARITY_THRESHOLD (0, off: see there). offload_ratio: with adam_offload, the share of the
     optimizer's sub-groups on the host (DeepSpeed ZeRO-3's ``offload_optimizer.ratio``; 1: all)."""
     threshold = PERSISTENCE_THRESHOLD if persistence_threshold is None else persistence_threshold
     if granularity_threshold is None:
-        cuda = torch.cuda.is_available() if cuda is None else cuda
-        granularity_threshold = GRANULARITY_THRESHOLD if cuda and zero_stage == 3 else 0
+        granularity_threshold = GRANULARITY_THRESHOLD
     zero: dict[str, Any] = {"stage": zero_stage, "stage3_param_persistence_threshold": threshold}
-    if granularity_threshold:
+    if granularity_threshold and zero_stage == 3:
         zero["stage3_module_granularity_threshold"] = granularity_threshold
     if train and adam_offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
@@ -221,8 +225,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if granularity_threshold is None:
-            fetch_whole_if_small(model, self.config)
+        check_granularity(model, self.config)
         optimizer = None
         if train:
             params = [p for p in model.parameters() if p.requires_grad]
