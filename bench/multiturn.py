@@ -92,10 +92,6 @@ def main() -> int:
     parser.add_argument("--capture", type=int, default=None,
                         help="on a GPU: the largest step (tokens) the engine captures a CUDA graph for (vLLM's "
                              "max_cudagraph_capture_size; its default: 512, or twice max_num_seqs when smaller)")
-    parser.add_argument("--rejoin", choices=("both", "budget", "all"), default="both",
-                        help="samples back from a tool join: 'budget', as many per step as stay within the CUDA "
-                             "graphs (the engine's default), 'all' at once, or 'both' alternately in each pair "
-                             "(an engine without graphs has one way only)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -143,10 +139,6 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         extra["compilation_config"] = {"max_cudagraph_capture_size": args.capture}
     engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
                         gpu_memory_utilization=args.gpu_util, **extra)
-    budget = engine.rejoin_tokens  # the largest step on a CUDA graph (None without graphs)
-    variants = {"budget": budget, "all": None}
-    if budget is None or args.rejoin != "both":
-        variants = {"all": None} if budget is None else {args.rejoin: variants[args.rejoin]}
     batch = prompts[:args.prompts]
 
     def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> float:
@@ -183,43 +175,30 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
             del inner.step  # the class's method again
         return took, count[0]
 
-    rows: dict[str, list[dict]] = {v: [] for v in variants}
+    rows = []
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
-        # each variant with the same seed (the same samples but for timing), then the one-pass baselines of the
-        # first variant's samples; the variants' order alternates, so neither always runs first
-        names = list(variants) if r % 2 == 0 else list(variants)[::-1]
-        runs = {}
-        for name in names:
-            engine.rejoin_tokens = variants[name]
-            engine.reset_prefix_cache()
-            t0 = time.perf_counter()
-            samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
-                                                        tools=settings, logprobs=not args.skip_logprobs)
-            runs[name] = (samples, stats, time.perf_counter() - t0)
-        engine.rejoin_tokens = budget
-        samples = runs[names[0]][0]
+        engine.reset_prefix_cache()
+        t0 = time.perf_counter()
+        samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
+                                                    tools=settings, logprobs=not args.skip_logprobs)
+        t_mt = time.perf_counter() - t0
         t_base, base_steps = baseline(samples, r, with_inserted=False)
         t_ins, _ = baseline(samples, r, with_inserted=True)
         stops = next(iter(engine.__dict__["_toolboxes"].values())).stops  # the toolbox generate_with_tools made
         t_stops, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
         if r:
-            for name, (samples, stats, t_mt) in runs.items():
-                rows[name].append({
-                    "mt": t_mt, "base": t_base, "ins": t_ins, "stops": t_stops, "tool": stats["tool_s"], "tokenize": stats["tokenize_s"],
-                    "other": stats["other_s"], "idle": stats["idle_s"], "gen": stats["generate_s"],
-                    "steps": stats["steps"], "base_steps": base_steps, "joined_steps": stats["joined_steps"],
-                    "joined": stats["joined_s"], "deferred": stats.get("deferred", 0.0),
-                    "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
-                    "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+            rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "stops": t_stops, "tool": stats["tool_s"],
+                         "tokenize": stats["tokenize_s"], "other": stats["other_s"], "idle": stats["idle_s"],
+                         "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_steps,
+                         "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
+                         "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
+                         "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+    graphs = engine.llm.llm_engine.vllm_config.compilation_config.max_cudagraph_capture_size
     engine.shutdown()
     print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
           f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
-          f"load average {os.getloadavg()[0]:.1f}; steps on CUDA graphs up to {budget or '-'} tokens")
-    for name, part in rows.items():
-        how = {"all": "samples back from a tool join at once",
-               "budget": f"samples back from a tool join as many per step as keep it <= {budget} tokens"}[name]
-        print(f"--- {name}: {how}")
-        report(args, part)
+          f"load average {os.getloadavg()[0]:.1f}; CUDA graphs up to {graphs if not engine.on_cpu else '-'} tokens")
+    report(args, rows)
 
 
 def report(args, rows: list[dict]) -> None:
@@ -252,8 +231,7 @@ def report(args, rows: list[dict]) -> None:
     decode_ms = 1000 * (med["gen"] - med["joined"]) / max(med["steps"] - med["joined_steps"], 1)
     print(f"  of the multi-turn steps: {med['joined_steps']:.0f} right after requests joined (the prompts, samples "
           f"back from a tool: their prefill beside the others' decoding), {1000 * med['joined'] / max(med['joined_steps'], 1):.2f} "
-          f"ms each, {share('joined'):.1f} % of the one-pass time; the others {decode_ms:.2f} ms each; sample-steps "
-          f"spent waiting for room in a step: {med['deferred']:.0f}")
+          f"ms each, {share('joined'):.1f} % of the one-pass time; the others {decode_ms:.2f} ms each")
 
 
 if __name__ == "__main__":

@@ -172,9 +172,8 @@ gpu_free() {  # gpu_free [IDS]: wait (<= 120 s) until the GPUs (IDS: those, e.g.
 stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
   gpu_free "${STEP1_GPU:-0}"
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
-  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens); each
-  # pair runs the rollout twice, samples back from a tool joining within the CUDA graphs and all at once
-  # (MT_CAPTURE: the engines' largest graph, tokens; vLLM's default 512)
+  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens; MT_ONLY05:
+  # the 0.5B alone); MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's default 512)
   local capture=()
   [ -n "${MT_CAPTURE:-}" ] && capture=(--capture "$MT_CAPTURE")
   if [ -z "${MT_ONLY05:-}" ]; then

@@ -239,23 +239,3 @@ def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):
         assert os.environ["OMP_NUM_THREADS"] == str(threads) and torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
-
-
-def test_a_multi_turn_step_budget_is_the_largest_captured_graph_that_takes_prefills():
-    """The streaming multi-turn loop keeps the steps where samples rejoin within the engine's CUDA graphs
-    (trainer.rollout.multiturn.Stepper.step_tokens): the largest capture size when mixed prefill/decode steps run
-    on graphs, no limit when no step does (eager, CPU, graphs for decode-only steps)."""
-    pytest.importorskip("vllm")
-    from vllm.config import CompilationConfig, CUDAGraphMode
-
-    from trainer.rollout.vllm_engine import graph_tokens
-
-    def cfg(eager=False, **cc):
-        return SimpleNamespace(model_config=SimpleNamespace(enforce_eager=eager), compilation_config=CompilationConfig(**cc))
-
-    assert graph_tokens(cfg(max_cudagraph_capture_size=512)) == 512
-    assert graph_tokens(cfg(max_cudagraph_capture_size=2048, cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE)) == 2048
-    assert graph_tokens(cfg(max_cudagraph_capture_size=64, cudagraph_mode=CUDAGraphMode.PIECEWISE)) == 64
-    assert graph_tokens(cfg(eager=True, max_cudagraph_capture_size=512)) is None
-    assert graph_tokens(cfg(max_cudagraph_capture_size=512, cudagraph_mode=CUDAGraphMode.NONE)) is None
-    assert graph_tokens(cfg(max_cudagraph_capture_size=512, cudagraph_mode=CUDAGraphMode.FULL_DECODE_ONLY)) is None

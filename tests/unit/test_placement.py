@@ -378,21 +378,3 @@ def test_the_rendezvous_range_is_read_once_for_the_stores_and_the_engines(monkey
     assert rendezvous_range() is None
     with pytest.raises(RuntimeError, match=r"RLRUN_RENDEZVOUS_PORTS='8199-8120': expected FIRST-LAST"):
         rendezvous_range("8199-8120")
-
-
-def test_a_multi_turn_jobs_engines_capture_graphs_for_samples_that_rejoin():
-    """An engine's CUDA graphs cover steps up to its decode batch; in a multi-turn job up to
-    MULTI_TURN_GRAPH_TOKENS as well, or the samples back from a tool could only rejoin one a step beside a full
-    decode batch (trainer.rollout.multiturn keeps every step within the graphs). No graphs: nothing asked."""
-    from trainer.rollout.engines import MULTI_TURN_GRAPH_TOKENS, vllm_kwargs
-
-    def kwargs(name, *sets):
-        c = cfg_of(name, *sets)
-        return vllm_kwargs(c, placement.plan(c, use_gpus=True))
-
-    single = kwargs("32b-rloo", "rollout_batch_size=16")  # 2 engines, 8 prompts x 8 samples each
-    assert single["max_num_seqs"] == 64 and single["compilation_config"] == {"max_cudagraph_capture_size": 64}
-    multi = kwargs("search-r1-ppo")  # 16 engines, 32 prompts x 1 sample each
-    assert multi["max_num_seqs"] < MULTI_TURN_GRAPH_TOKENS
-    assert multi["compilation_config"] == {"max_cudagraph_capture_size": MULTI_TURN_GRAPH_TOKENS}
-    assert "compilation_config" not in kwargs("search-r1-ppo", "enforce_eager=true")

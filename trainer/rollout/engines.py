@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 RETRIEVER_TOKEN_ENV = ("RLRUN_RETRIEVER_TOKEN",)
 
 
-# The largest step (tokens) a multi-turn job's engines capture a CUDA graph for: vLLM's own default ceiling.
-MULTI_TURN_GRAPH_TOKENS = 512
-
-
 def engine_batch(cfg: Any, count: int) -> int:
     """Sequences one engine decodes at once in a step: its share of the prompts x samples per prompt."""
     return math.ceil(cfg.rollout_batch_size / max(count, 1)) * cfg.n_samples_per_prompt
@@ -72,10 +68,7 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
         seqs = min(1024, max(8, 8 * math.ceil(engine_batch(cfg, ep.count) / 8)))
         kwargs["max_num_seqs"] = seqs
         if not cfg.enforce_eager:
-            # Multi-turn: samples back from a tool rejoin beside the decoding ones, as many a step as the graphs
-            # cover (trainer.rollout.multiturn); graphs of only the decode batch's size would let one in a step.
-            graphs = max(seqs, MULTI_TURN_GRAPH_TOKENS) if cfg.multi_turn else seqs
-            kwargs["compilation_config"] = {"max_cudagraph_capture_size": graphs}
+            kwargs["compilation_config"] = {"max_cudagraph_capture_size": seqs}
     return kwargs
 
 

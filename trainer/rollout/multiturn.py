@@ -84,12 +84,6 @@ class Stepper(Protocol):
     def abort(self) -> None:
         """Drop every pending request (the rollout failed: the engine must not keep decoding them)."""
 
-    # Optional: the most tokens one step should be given, so that it stays within the CUDA graphs the engine
-    # captured (a step beyond them runs without: on an H200 a 0.5B step that took samples back from a tool cost
-    # 14.5 ms against 3.9 ms for a decode step, 2026-11-27). Samples back from a tool then join over several
-    # steps. Absent or None: no limit (every sample joins at once), as on a CPU engine.
-    # step_tokens: int | None
-
 
 @dataclass
 class ToolRollout:
@@ -126,12 +120,11 @@ class RolloutStats:
     # runs beside the others' decoding, in a dearer step than a decode-only one (on a GPU: no full CUDA graph)
     joined_steps: int = 0
     joined_s: float = 0.0
-    deferred: int = 0  # samples back from a tool that waited a step for room (Stepper.step_tokens)
 
     def as_dict(self) -> dict[str, float]:
         out = {"generate_s": self.generate_s, "tool_s": self.tool_s, "other_s": self.other_s,
                "tokenize_s": self.tokenize_s, "steps": float(self.steps), "idle_s": self.idle_s,
-               "joined_steps": float(self.joined_steps), "joined_s": self.joined_s, "deferred": float(self.deferred),
+               "joined_steps": float(self.joined_steps), "joined_s": self.joined_s,
                "tool_calls": float(self.tool_calls), "samples": float(self.samples),
                "inserted_tokens": float(self.inserted_tokens)}
         for name, st in self.by_tool.items():  # summed over engines by :func:`tool_metrics`
@@ -328,9 +321,7 @@ def run_tool_rollout_streaming(
     with a search are sent in one request (every one that ended while the previous request was out goes
     in the next), and each goes back into the running batch with its passages as soon as the answer is
     in. ``stats.tool_s`` is the requests' own time (with tokenizing the passages), which overlaps decoding.
-    When the stepper has ``step_tokens`` (the largest step its CUDA graphs cover), the samples back from a tool
-    join as many per step as fit beside the running ones (at least one), the rest in the next steps, so no step
-    runs without a graph for their sake. On any error the stepper's pending requests are aborted."""
+    On any error the stepper's pending requests are aborted."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     _check_max_turns(max_turns)
@@ -358,36 +349,13 @@ def run_tool_rollout_streaming(
         stats.tokenize_s += t2 - t1
         return batch, blocks, t2 - t0
 
-    step_tokens = getattr(stepper, "step_tokens", None)
-    ready: list[tuple[int, int]] = []  # (sample, its new tokens): back from a tool, not yet resubmitted
-
-    def rejoin() -> None:
-        """Resubmit the samples back from a tool: all of them, or (``step_tokens``) as many as the next step has
-        room for beside the requests running (one token each), at least one."""
-        if step_tokens is None:
-            for i, _ in ready:
-                submit(i)
-            ready.clear()
-            return
-        used, taken = stepper.pending(), 0
-        while taken < len(ready) and (taken == 0 or used + ready[taken][1] <= step_tokens):
-            used += ready[taken][1]
-            submit(ready[taken][0])
-            taken += 1
-        stats.deferred += len(ready) - taken
-        del ready[:taken]
-
     waiting: list[tuple[int, Any]] = []  # called, not yet sent
     inflight: Future | None = None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrun-tool")
     try:
         for i in range(len(rows)):
             submit(i)
-        while stepper.pending() or ready or waiting or inflight is not None:
-            if ready:
-                t2 = time.perf_counter()
-                rejoin()
-                stats.other_s += time.perf_counter() - t2
+        while stepper.pending() or waiting or inflight is not None:
             if stepper.pending():
                 t0 = time.perf_counter()
                 ended = stepper.step()
@@ -401,7 +369,7 @@ def run_tool_rollout_streaming(
                 waiting += [(i, c) for i, out in ended
                             if (c := _end_turn(rows[i], out, box, max_new_tokens, eos_id)) is not None]
                 stats.other_s += time.perf_counter() - t1
-            if inflight is not None and (inflight.done() or not (stepper.pending() or ready)):
+            if inflight is not None and (inflight.done() or not stepper.pending()):
                 waited = time.perf_counter()
                 batch, found, took = inflight.result()  # blocks only when nothing else can run
                 inflight = None
@@ -410,11 +378,8 @@ def run_tool_rollout_streaming(
                 stats.tool_s += took
                 stats.tool_calls += len(batch)
                 for (i, call), block in zip(batch, found, strict=True):
-                    before = len(rows[i].response)
                     if _insert(rows[i], block, max_new_tokens, call.tool, box.max_sample_tokens, stats):
-                        # its new tokens in the step it joins: the inserted ones, and the last generated
-                        # token and partial KV block that no cache holds (at most a block: 16 tokens)
-                        ready.append((i, len(rows[i].response) - before + 16))
+                        submit(i)
                 stats.other_s += time.perf_counter() - t2
             if waiting and inflight is None:
                 inflight, waiting = pool.submit(ask, waiting), []

@@ -152,10 +152,6 @@ class VllmEngine(RolloutEngine):
         self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
         self._llm: Any = LLM(**kwargs)
         self.tokenizer = self._llm.get_tokenizer()
-        # The most tokens a multi-turn step is given (samples back from a tool beyond it join in the next steps,
-        # see trainer.rollout.multiturn): the largest step the engine's CUDA graphs cover; None (no limit) without
-        # graphs. A caller may set it (None: every sample back from a tool joins at once).
-        self.rejoin_tokens: int | None = graph_tokens(self._llm.llm_engine.vllm_config)
 
     @property
     def llm(self) -> Any:
@@ -239,7 +235,7 @@ class VllmEngine(RolloutEngine):
                                "call wake_up() first")
         if self.on_cpu and self.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill:
             return None
-        return _VllmStepper(self.llm.llm_engine, self.tokenizer, logprobs, self.rejoin_tokens)
+        return _VllmStepper(self.llm.llm_engine, self.tokenizer, logprobs)
 
     def _seed_safe_groups(self, todo: list[int], contexts: list[list[int]],
                           seeds: list[int | None]) -> list[list[tuple[int, int | None]]]:
@@ -449,11 +445,10 @@ class _VllmStepper:
     :meth:`VllmEngine.stepper`). Request ids carry a per-rollout prefix, so outputs of anything else the
     engine runs are never taken for ours; only final outputs are returned (``FINAL_ONLY``)."""
 
-    def __init__(self, engine: Any, tokenizer: Any, logprobs: bool = True, step_tokens: int | None = None) -> None:
+    def __init__(self, engine: Any, tokenizer: Any, logprobs: bool = True) -> None:
         import uuid
 
         self.engine = engine
-        self.step_tokens = step_tokens  # see trainer.rollout.multiturn.Stepper
         self.tokenizer = tokenizer
         self.logprobs = 0 if logprobs else None  # the sampled token's, or none (--skip_rollout_logprobs)
         self.prefix = f"rlrun-turn-{uuid.uuid4().hex[:12]}-"
@@ -497,21 +492,6 @@ class _VllmStepper:
                 self.engine.abort_request(ids)
             except Exception as e:  # noqa: BLE001 - the rollout's own error is the one to raise
                 log.warning("vLLM: aborting %d requests of a failed multi-turn rollout failed: %s", len(ids), e)
-
-
-def graph_tokens(vllm_config: Any) -> int | None:
-    """The most tokens one step of an engine with this ``VllmConfig`` runs on a captured CUDA graph, a step with a
-    prefill in it included (a larger step runs without: every kernel launched one by one); None on an engine
-    without such graphs (CPU, ``enforce_eager``, cudagraph mode NONE or FULL_DECODE_ONLY)."""
-    model = getattr(vllm_config, "model_config", None)
-    cc = getattr(vllm_config, "compilation_config", None)
-    if cc is None or model is None or getattr(model, "enforce_eager", False):
-        return None
-    mode = getattr(cc, "cudagraph_mode", None)
-    if mode is not None and getattr(mode, "name", str(mode)) in ("NONE", "FULL_DECODE_ONLY"):
-        return None  # no graph for a step with a prefill in it, whatever its size
-    size = getattr(cc, "max_cudagraph_capture_size", None)
-    return int(size) if size else None
 
 
 def freed_per_device(before: list[dict], after: list[dict]) -> dict[str, int]:
