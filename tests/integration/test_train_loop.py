@@ -174,6 +174,8 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
     # The reward varies, so the policy gets a real gradient and moves away from the reference.
     assert any(row["loss/policy"] != 0.0 for row in uninterrupted)
     assert any(row["kl/mean"] != 0.0 for row in uninterrupted[1:])
+    # the gradient that reached the optimizer (ZeRO-3's global norm): 0 would mean nothing was trained
+    assert all(row["policy/grad_norm"] > 0 for row in uninterrupted), [r["policy/grad_norm"] for r in uninterrupted]
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):
@@ -279,6 +281,7 @@ def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):
     for row in rows:
         for key in ("loss/critic", "critic/values", "critic/returns", "loss/policy", "timing/train"):
             assert key in row, key
+        assert row["critic/grad_norm"] > 0, row
     # The head starts at V = 0 (zero init); training moves the values towards the returns.
     error = [abs(r["critic/values"] - r["critic/returns"]) for r in rows]
     assert error[-1] < error[0], error

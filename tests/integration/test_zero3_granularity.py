@@ -13,7 +13,8 @@ tiny model, the policy's own ``ModelWorker``:
 
 - the trainer's configuration: the supervised loss falls and the gradient norm is not 0;
 - the whole-model granularity, built behind the trainer's back (CPU tensors lack ``record_stream``, which
-  DeepSpeed's leaf path calls: a no-op stands in): the gradient norm is exactly 0 and the loss does not move;
+  DeepSpeed's leaf path calls: a no-op stands in): the gradient norm is exactly 0 and the loss does not move,
+  and the trainer's supervised step refuses to go on;
 - ``init_model`` with that setting is refused, naming it.
 """
 
@@ -68,11 +69,24 @@ if mode == "whole":  # what the trainer did on CUDA: the setting, the model one 
     worker.dtype, worker.temperature = torch.float32, 1.0
 else:
     worker.init_model(path, zero_stage=3, micro_batch=8, learning_rate=2e-3)
-losses, norms = [], []
+losses, norms, refused = [], [], None
+if mode == "whole":  # the trainer's warm-up step refuses a loss whose gradient never arrives
+    try:
+        worker.train_sft([mb])
+    except RuntimeError as e:
+        refused = str(e)
 for _ in range(6):
-    losses.append(worker.train_sft([mb]))
+    if mode == "whole":  # the same step, without the trainer's check
+        from trainer.learn.losses import masked_mean
+        worker.engine.train()
+        loss = -masked_mean(worker._action_logprobs(mb["input_ids"], mb["attention_mask"], 4), mb["action_mask"])
+        worker.engine.backward(loss)
+        worker.engine.step()
+        losses.append(loss.item())
+    else:
+        losses.append(worker.train_sft([mb]))
     norms.append(float(worker.engine.get_global_grad_norm()))
-print(json.dumps({"losses": losses, "norms": norms,
+print(json.dumps({"losses": losses, "norms": norms, "refused": refused,
                   "zero": {k: v for k, v in worker.engine.config["zero_optimization"].items() if "granularity" in k}}))
 """
 
@@ -101,6 +115,8 @@ def test_the_policy_trains_under_zero3_and_a_whole_model_unit_would_not(tiny: Pa
     assert whole["zero"] == {"stage3_module_granularity_threshold": 5_000_000}, whole
     # DeepSpeed 0.19.8: no gradient reaches the optimizer; only AdamW's weight decay moves the weights
     assert whole["norms"] == [0.0] * 6, whole
+    # and the trainer's supervised step says so instead of training nothing
+    assert "the gradient that reached the optimizer is 0" in (whole["refused"] or ""), whole
     assert max(whole["losses"]) - min(whole["losses"]) < 1e-3, whole
     refused = _run(tiny, "refused")["refused"]
     assert refused is not None and "makes the whole model one ZeRO-3 leaf module" in refused, refused

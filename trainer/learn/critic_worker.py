@@ -20,6 +20,7 @@ from trainer.learn.model_worker import (
     cpu_adam_threads,
     ds_config,
     fp32_rope,
+    grad_norm,
     to_device,
 )
 from trainer.learn.packing import pack, unpack
@@ -122,6 +123,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
             totals["loss/critic"] += loss.item() / n
             totals["critic/clip_frac"] += clip_frac.item() / n
             totals["critic/values"] += ((values.detach() * mask).sum() / mask.sum().clamp(min=1)).item() / n
+        totals["critic/grad_norm"] = grad_norm(self.engine)
         return totals
 
     def save_hf(self, directory: str) -> None:

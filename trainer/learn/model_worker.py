@@ -121,6 +121,13 @@ def top_granularity(model: torch.nn.Module) -> int:
     return params // layers
 
 
+def grad_norm(engine: Any) -> float:
+    """The global gradient norm of a DeepSpeed engine's last optimizer step (before clipping); NaN when DeepSpeed
+    kept none."""
+    norm = engine.get_global_grad_norm()
+    return float("nan") if norm is None else float(norm)
+
+
 def check_granularity(model: torch.nn.Module, config: dict[str, Any]) -> None:
     """Refuse a module-granularity setting (an explicit ``granularity_threshold``) that makes the whole model one
     ZeRO-3 leaf module: DeepSpeed would never reduce its gradients (see GRANULARITY_THRESHOLD), and training
@@ -290,10 +297,13 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value.item() / len(micro_batches)
             totals["tokens/forward_slots"] += self.forward_slots / len(micro_batches)
+        totals["policy/grad_norm"] = grad_norm(self.engine)
         return totals
 
     def train_sft(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
-        """One optimizer step of negative log-likelihood on the response tokens (a supervised warm-up)."""
+        """One optimizer step of negative log-likelihood on the response tokens (a supervised warm-up). A loss
+        with no gradient at all reaching the optimizer is an error: it cannot happen unless something drops the
+        gradients, and then nothing would be trained (see GRANULARITY_THRESHOLD)."""
         self.engine.train()
         total = 0.0
         for mb in micro_batches:
@@ -304,6 +314,11 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             self.engine.backward(loss)
             self.engine.step()
             total += loss.item() / len(micro_batches)
+        norm = grad_norm(self.engine)
+        if total > 0 and norm == 0.0:
+            raise RuntimeError(f"supervised step: loss {total:.4f} but the gradient that reached the optimizer is 0, "
+                               "so no weight changes (a ZeRO-3 setting that drops gradients? see "
+                               "trainer.learn.model_worker.GRANULARITY_THRESHOLD)")
         return total
 
     def init_weight_sync(self, master_addr: str, master_port: int, world_size: int, backend: str,
