@@ -571,6 +571,10 @@ def table(r: dict) -> None:
             print(f"{name}: {got['error']}")
     rows = r.get("rlrun", {}).get("steps", [])
     tokens = statistics.median(x.get("tokens/real", 0.0) for x in rows[1:]) if len(rows) > 1 else 0.0
+    norms = [x["policy/grad_norm"] for x in rows if "policy/grad_norm" in x]
+    if norms:  # a step is only a train step if a gradient reached the optimizer (the 2026-11-24 0.5B step did not)
+        print(f"rlrun policy gradient norm by step: {', '.join(f'{n:.3g}' for n in norms)}"
+              + ("  NO GRADIENT at some step: its train phase trained nothing" if min(norms) == 0 else ""))
     if sh.get("params") and tokens:
         for name, med, key in (("rlrun", a, "train"), ("OpenRLHF", b, "ppo_train"),
                                ("verl", c, "update_actor")):
