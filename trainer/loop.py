@@ -150,10 +150,13 @@ class Trainer:
         if self.memory.sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
             with self.timer("sleep"):
                 freed = self.memory.sleep()
+        profiled = self._profile_begin() if state.step == cfg.profile_step else []
         with self.timer("make_experience"):
             exp, extra = self.make_experience(rollout)
         with self.timer("train"):
             train_metrics = self.train(exp)
+        if profiled:  # --profile_step: each group's rank 0, make_experience and train (trainer.learn.profile)
+            train_metrics.update(self._profile_end(profiled))
         with self.timer("sync"):
             synced = self.rollouts.push()  # self.sync_weights, between two batches
         state.sampler_state = rollout.sampler_state
@@ -167,6 +170,31 @@ class Trainer:
         if cfg.save_steps > 0 and state.step % cfg.save_steps == 0:
             self.checkpoints.save()
         return metrics
+
+    def _profile_begin(self) -> list[tuple[str, ActorGroup]]:
+        """torch.profiler on rank 0 of every model group, into <save_path>/profile/<group>_step<N>.*"""
+        groups = [(name, g) for name, g in (("policy", self.policy), ("ref", self.ref), ("critic", self.critic))
+                  if g is not None]
+        directory = Path(self.cfg.save_path) / "profile"
+        for name, group in groups:
+            group.run("profile_begin", str(directory / f"{name}_step{self.state.step}"), self.cfg.profile_trace)
+        return groups
+
+    def _profile_end(self, groups: list[tuple[str, ActorGroup]]) -> dict[str, float]:
+        from trainer.learn.profile import render
+
+        out: dict[str, float] = {}
+        for name, group in groups:
+            summary = next((s for s in group.run("profile_end") if s), None)
+            if summary is None:
+                continue
+            print(f"{name} rank 0, step {self.state.step} (make_experience + train), "
+                  f"{render(summary)}", flush=True)
+            out[f"profile/{name}_wall_s"] = summary["wall_s"]
+            out[f"profile/{name}_compute_s"] = summary["compute_s"]
+            for kind, seconds in summary["by_kind_s"].items():
+                out[f"profile/{name}_{kind}_s"] = seconds
+        return out
 
     def make_experience(self, rollout: Rollout) -> tuple[Experience, dict[str, float]]:
         import ray

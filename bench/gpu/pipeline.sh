@@ -19,6 +19,7 @@
 #            0.11.2 with the same flags, then verl 0.9.1 at the same shape (0-3). SBS_SYSTEMS picks some
 #            of rlrun,openrlhf,verl (default all three; results in sbs7b, or sbs7b_<systems> when it is set);
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
+#   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
 #            verl, 6 steps (SBS_SYSTEMS as above)
 #   split7b  7B, policy + reference on GPUs 0-1 (--colocate_actor_ref), one TP-2 engine on 2-3: the weight
@@ -114,12 +115,21 @@ stage_mini() {
   ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=300 FABRIC=1 bash bench/gpu/miniature/run.sh x4 "$res/mini"
 }
 
-stage_sbs7b() {
+stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_step 4; left out of its medians)
   local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "$res/sbs7b${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 \
-    --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 3 --micro-train 4 --micro-rollout 8 \
-    --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 400
+    --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train 4 --micro-rollout 8 \
+    --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
+    --rlrun-extra="--profile_step 4"
+}
+
+stage_sbs7b_m16() {  # issue 38 item 2, one lever: rlrun alone at the sbs7b shape with micro-batches of 16 (4x fewer
+  # ZeRO-3 gathers per step), the rest as sbs7b; step 3 profiled
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_m16" \
+    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 3 \
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 400 \
+    --rlrun-extra="--profile_step 3"
 }
 
 stage_sbs05() {
@@ -236,7 +246,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900)
     # its own session: it outlives the device call that starts it

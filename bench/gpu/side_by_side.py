@@ -328,6 +328,8 @@ def rlrun_steps(out: Path) -> list[dict]:
         # the step as timed by the trainer (with --async_train generation overlaps the rest: no sum)
         row["step_s"] = row.get("timing/step", sum(row["phases"].values()))
         row["wall_s"] = row["time"] - prev["time"] if prev else None
+        # --profile_step: that step ran under torch.profiler, slower; the medians leave it out
+        row["profiled"] = any(k.startswith("profile/") for k in row)
     return rows
 
 
@@ -385,7 +387,9 @@ def verl_steps(log: Path, jsonl: Path | None = None) -> list[dict]:
 
 
 def medians(rows: list[dict]) -> dict:
-    later = rows[1:] or rows
+    """Each phase's median over the steps after the first (step 1 compiles, warms up), a profiled step left
+    out (``profiled``: rlrun's --profile_step)."""
+    later = [r for r in rows[1:] if not r.get("profiled")] or [r for r in rows if not r.get("profiled")] or rows
     if not later:
         return {}
     out = {p: statistics.median(r["phases"][p] for r in later) for p in later[0]["phases"]}

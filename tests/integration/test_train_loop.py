@@ -137,7 +137,7 @@ def runs(private_ray, tmp):
         "one_rank": lambda: _one_rank(private_ray, tmp, torn),
         "ppo": lambda: _train(private_ray, tmp, tmp / "ppo", 2, "--advantage_estimator", "gae", "--critic_num_nodes",
                               "1", "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2",
-                              "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2"),
+                              "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2", "--profile_step", "2"),
         "vllm": lambda: _train(private_ray, tmp / "vllm", tmp / "vllm" / "out", 1, "--rollout_backend", "vllm",
                                "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
                                "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
@@ -292,6 +292,27 @@ def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):
     AutoModel.from_pretrained(critic_dir)
     head = load_file(critic_dir / "value_head.safetensors")["weight"]
     assert head.shape == (1, 64) and head.abs().sum() > 0
+
+
+def test_profile_step_profiles_that_step_on_each_groups_first_rank(runs, tmp):
+    """--profile_step 2 (the ppo run): step 2's make_experience and train phase under torch.profiler on rank 0
+    of the policy, the reference and the critic; their summaries in the step's metrics and files, no other
+    step profiled."""
+    import json as _json
+
+    rows = runs["ppo"]
+    assert [sorted(k for k in r if k.startswith("profile/")) != [] for r in rows] == [False, True, False, False]
+    for group in ("policy", "ref", "critic"):
+        row = rows[1]
+        # a CPU rank's clock: the operators' self time; matrix products are most of a forward and backward
+        assert 0 < row[f"profile/{group}_compute_s"] <= row[f"profile/{group}_wall_s"] * 1.05, row
+        assert row[f"profile/{group}_gemm_s"] > 0, row
+        summary = _json.loads((tmp / "ppo" / "profile" / f"{group}_step2.json").read_text())
+        assert summary["clock"] == "cpu" and summary["top"], summary
+        text = (tmp / "ppo" / "profile" / f"{group}_step2.txt").read_text()
+        assert text.startswith("profile: ") and "Self CPU" in text, text[:500]
+    # the trained policy's step includes its backward: more operator time than the reference's forwards
+    assert rows[1]["profile/policy_compute_s"] > rows[1]["profile/ref_compute_s"], rows[1]
 
 
 def test_async_rollouts_are_one_version_old_and_the_mismatch_shows_it(runs, uninterrupted):

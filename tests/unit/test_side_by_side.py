@@ -210,3 +210,17 @@ def test_each_system_gets_at_most_its_own_share_of_the_deadline(tmp_path, monkey
     assert {p.name for p in (tmp_path / "o" / "verl").iterdir()} & {"train.parquet", "train.jsonl"}
     got = json.loads((tmp_path / "o" / "side_by_side.json").read_text())
     assert got["verl"]["exit"] == 0 and got["verl"]["steps"] == []  # no log: no steps, and no crash
+
+
+def test_rlrun_medians_leave_out_the_profiled_step(tmp_path):
+    """--profile_step: the step under torch.profiler is slower; the medians are of the other later steps."""
+    rows = [{"step": i, "time": 100.0 + 10 * i, "timing/generate": 1.0, "timing/train": t, "timing/step": t + 1}
+            for i, t in ((1, 50.0), (2, 4.0), (3, 6.0), (4, 30.0))]
+    rows[3]["profile/policy_wall_s"] = 29.0
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parsed = sbs.rlrun_steps(tmp_path)
+    assert [r["profiled"] for r in parsed] == [False, False, False, True]
+    med = sbs.medians(parsed)
+    assert med["train"] == 5.0 and med["step"] == 6.0 and med["steps_measured"] == 2
+    # nothing but the first step and a profiled one: the first step stands in
+    assert sbs.medians(parsed[:1] + parsed[3:])["train"] == 50.0

@@ -334,6 +334,8 @@ OWN_FLAGS: dict[str, str] = {
     "eval_label_key": "the evaluation labels' key (default --label_key)",
     "eval_at_start": "evaluate before the first step too (verl's trainer.val_before_train)",
     "save_best": "keep the best checkpoint by an eval metric (OpenRLHF 0.11: --ckpt.best_metric_key)",
+    "profile_step": "torch.profiler over one step's forwards and train phase (verl: global_profiler.steps)",
+    "profile_trace": "with --profile_step: each group's Chrome trace too",
 }
 
 #: OpenRLHF's other names of this trainer's flags, accepted as they are: the seed's ``--universal_ckpt`` (v0.6.3's

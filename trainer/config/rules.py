@@ -378,6 +378,19 @@ def _critic_warmup(c: Config) -> Iterator[str]:
                "never be trained")  # fmt: skip
 
 
+@_rule("profile_step", "max_steps", "max_samples", "rollout_batch_size", "num_episodes")
+def _profile_step(c: Config) -> Iterator[str]:
+    if c.profile_step <= 0 or c.rollout_batch_size <= 0:
+        return
+    run_rollouts = c.num_episodes * (c.max_samples // c.rollout_batch_size)
+    if c.max_steps is not None:
+        run_rollouts = min(c.max_steps, run_rollouts)
+    if c.profile_step > run_rollouts:
+        yield (f"--profile_step {c.profile_step} is beyond the run's last step {run_rollouts} (--max_steps, or "
+               "--max_samples / --rollout_batch_size * --num_episodes): nothing would be profiled; pick 1.."
+               f"{run_rollouts}")  # fmt: skip
+
+
 # Flags that act only in some configurations: set to anything but their default elsewhere they would be
 # accepted and ignored, so they are an error. (flag names, condition, what is missing here, the condition)
 _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[Config], bool]]] = [
@@ -407,6 +420,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
     (("http_tool_url", "http_tool_name", "http_tool_template", "http_tool_result_key", "http_tool_token_file",
       "http_tool_timeout", "http_tool_retries", "http_tool_outage_timeout"),
      "--tools http", lambda c: "no rollout calls the http tool", lambda c: "http" in tool_names(c)),
+    (("profile_trace",), "--profile_step N", lambda c: "no step is profiled", lambda c: c.profile_step > 0),
     (("max_staleness",), "--async_train", lambda c: "training is synchronous", lambda c: c.async_train),
     (("adam_offload_ratio",), "--adam_offload with --zero_stage 3 (DeepSpeed's partial offload)",
      lambda c: "the Adam states are not offloaded" if not c.adam_offload else f"ZeRO stage {c.zero_stage} offloads all",
@@ -434,7 +448,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "tools", "async_train", "dynamic_filtering", "is_correction",
-             "colocate_all_models", "load_checkpoint", "eval_data",
+             "colocate_all_models", "load_checkpoint", "eval_data", "profile_step",
              *names}
 
     @_rule(*reads)

@@ -478,6 +478,16 @@ class TrainerConfig:
         None, "Log to Weights & Biases; bare: key from WANDB_API_KEY, or a key (OpenRLHF style).",
         group=L, const=WANDB_FROM_ENV, metavar="KEY",
     )  # fmt: skip
+    profile_step: int = flag(
+        0, "Profile global step N (0: no step) with torch.profiler on rank 0 of each model group: its "
+        "make_experience forwards and its train phase. The wall time, the device's time by kind (GEMM, attention, "
+        "NCCL, copies, optimizer, other) and the top kernels go to the job's log and to <save_path>/profile/. "
+        "The step itself runs slower for it; its metrics carry profile/*.", group=L, ge=0,
+    )
+    profile_trace: bool = flag(
+        False, "With --profile_step: also write each group's Chrome trace (<save_path>/profile/*.trace.json.gz; "
+        "tens of MB for a 7B step).", group=L,
+    )
     wandb_project: str = flag("openrlhf_train_ppo", "W&B project.", group=L)
     wandb_run_name: str | None = flag(None, "W&B run name (default: ppo_<timestamp>).", group=L)
     metrics_path: str | None = flag(

@@ -222,6 +222,23 @@ class DistributedWorker:
         torch.cuda.empty_cache()
         return before - torch.cuda.memory_reserved()
 
+    def profile_begin(self, path: str, trace: bool = False) -> bool:
+        """--profile_step: rank 0 starts torch.profiler (trainer.learn.profile) until profile_end; the other
+        ranks do nothing (ZeRO-3's collectives keep them in step with it). True where it started."""
+        if self.rank != 0:
+            return False
+        from trainer.learn.profile import StepProfiler
+
+        self._profiler = StepProfiler()
+        self._profiler.begin(path, trace)
+        return True
+
+    def profile_end(self) -> dict:
+        """The profile's summary (trainer.learn.profile.summarize; its files written), {} on other ranks."""
+        profiler = getattr(self, "_profiler", None)
+        self._profiler = None
+        return profiler.end() if profiler is not None else {}
+
 
 class ActorGroup:
     """Ranked actors of `actor_cls` (a subclass of DistributedWorker) joined in one process group.
