@@ -181,11 +181,16 @@ class Trainer:
         return groups
 
     def _profile_end(self, groups: list[tuple[str, ActorGroup]]) -> dict[str, float]:
+        import ray
+
         from trainer.learn.profile import render
 
+        # every group stops at once: summarising a 7B step takes its rank a minute, and a group stopped after
+        # another's summary would count that minute in its window
+        refs = {name: group.async_run("profile_end") for name, group in groups}
         out: dict[str, float] = {}
-        for name, group in groups:
-            summary = next((s for s in group.run("profile_end") if s), None)
+        for name, _ in groups:
+            summary = next((s for s in ray.get(refs[name]) if s), None)
             if summary is None:
                 continue
             print(f"{name} rank 0, step {self.state.step} (make_experience + train), "

@@ -79,3 +79,48 @@ def test_a_second_begin_is_refused_while_one_runs(tmp_path):
             prof.begin(str(tmp_path / "b"))
     finally:
         prof.end()
+
+
+class _Avg:
+    """One row of key_averages() as a GPU profile has it (the GPU cannot run here; the sums are what is tested)."""
+
+    def __init__(self, key, device_type, self_device_us, count=1, is_user_annotation=False):
+        self.key, self.device_type, self.count = key, device_type, count
+        self.self_device_time_total, self.self_cpu_time_total = self_device_us, 5.0
+        self.is_user_annotation = is_user_annotation
+
+
+class _Averages(list):
+    def table(self, **kwargs):
+        return f"table sorted by {kwargs['sort_by']}"
+
+
+class _Prof:
+    def __init__(self, rows):
+        self.rows = _Averages(rows)
+
+    def key_averages(self):
+        return self.rows
+
+
+def test_a_gpu_profile_counts_each_kernel_once():
+    """The 7B profile of 2026-11-27 counted NCCL twice: the all-gather kernel and its `nccl:_all_gather_base`
+    range on the device's timeline; the CPU operator that launched a GEMM carries its device time too."""
+    from trainer.learn.profile import summarize
+
+    rows = [
+        _Avg("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "DeviceType.CUDA", 2_970_000, 1668),
+        _Avg("nccl:_all_gather_base", "DeviceType.CUDA", 2_970_000, 1668, is_user_annotation=True),
+        _Avg("nccl:_reduce_scatter_base", "DeviceType.CUDA", 610_000, 128),
+        _Avg("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "DeviceType.CUDA",
+             610_000, 128),
+        _Avg("nvjet_sm90_tst_256x160_64x4_1x2_h_bz_coopA_TNT", "DeviceType.CUDA", 2_000_000, 57),
+        _Avg("aten::mm", "DeviceType.CPU", 2_000_000, 57),  # the operator that launched it
+    ]
+    summary, table = summarize(_Prof(rows), wall=14.5)
+    assert summary["clock"] == "device"
+    assert summary["by_kind_s"] == pytest.approx({"nccl": 3.58, "gemm": 2.0})
+    assert summary["busy_s"] == pytest.approx(5.58) and summary["compute_s"] == pytest.approx(2.0)
+    assert [r["name"][:20] for r in summary["top"]] == ["ncclDevKernel_AllGat", "nvjet_sm90_tst_256x1",
+                                                        "ncclDevKernel_Reduce"]
+    assert table == "table sorted by self_device_time_total"

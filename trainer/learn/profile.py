@@ -98,9 +98,11 @@ def summarize(prof: Any, wall: float, top: int = 25) -> tuple[dict[str, Any], st
     """(summary, table): seconds by kind of the device's kernels (a CPU rank: of its operators' self time),
     and the top ``top`` rows by self time."""
     averages = prof.key_averages()
-    # on a GPU the kernels' own rows (not the CPU operators that launched them: their device time is the
-    # kernels' again)
-    kernels = [e for e in averages if not str(getattr(e, "device_type", "CPU")).endswith("CPU")]
+    # on a GPU the kernels' own rows: not the CPU operators that launched them, nor the annotations on the
+    # device's timeline (``nccl:_all_gather_base``, ``gpu_user_annotation``), whose device time is the
+    # kernels' again (the first 7B profile counted NCCL twice, 2026-11-27)
+    kernels = [e for e in averages if not str(getattr(e, "device_type", "CPU")).endswith("CPU")
+               and not getattr(e, "is_user_annotation", False) and not e.key.startswith("nccl:")]
     on_device = any(getattr(e, "self_device_time_total", 0) > 0 for e in kernels)
     attr = "self_device_time_total" if on_device else "self_cpu_time_total"
     by_kind: dict[str, float] = {}
