@@ -23,16 +23,15 @@ In order, each in a process of its own with the GPU to itself:
    serves each rollout replica with vLLM's ``mp`` executor, not Ray's, so the variable below does not
    concern it. ``--verl-extra`` adds overrides.
 
-The one change made to OpenRLHF: its processes (and only its) run with ``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``.
-With TP > 1 its engines use vLLM's Ray executor, and vLLM 0.26.0 picks ``RayExecutorV2`` for that by default
-(``vllm/envs.py``: ``bool(int(os.getenv("VLLM_USE_RAY_V2_EXECUTOR_BACKEND", "1")))``, read in
-``vllm/v1/executor/abstract.py``). ``RayExecutorV2._select_tcpstore_port`` searches its TCPStore port from
-``data_parallel_master_port + 100`` (0 + 100 outside data parallelism), so OpenRLHF's two TP-2 engines,
-started together on one host, both took port 100 and the second died with EADDRINUSE (nvidia-h200-x4,
-2026-11-27). With 0 vLLM uses the V1 ``RayDistributedExecutor``, whose TCPStore port the OS picks
-(``get_open_port()``). rlrun keeps the V2 executor and gives each engine its own search start instead
-(``trainer.rollout.vllm_compat.pin_ray_store_port`` sets ``VLLM_DP_MASTER_PORT`` to a free port - 100 before
-``LLM(...)``); rlrun's processes get the variable removed, so each system runs vLLM as it would by itself.
+The one change made to how OpenRLHF runs: the vLLM store-port fix rlrun's engines get too. With TP > 1 its
+engines use vLLM's Ray executor, ``RayExecutorV2`` by default in vLLM 0.26.0, whose ``_select_tcpstore_port``
+searches its TCPStore port from ``data_parallel_master_port + 100`` (0 + 100 outside data parallelism), so
+OpenRLHF's two TP-2 engines, started together on one host, both took port 100 and the second died with
+EADDRINUSE (nvidia-h200-x4, 2026-11-27). The V1 executor (``VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0``) failed
+later, in Ray's compiled graph (``CUDA_VISIBLE_DEVICES set incorrectly. expected to include 3``, vLLM issue
+25113; the same day, 22:49). So OpenRLHF's processes start with ``openrlhf_shim/sitecustomize.py``, which
+sets ``VLLM_DP_MASTER_PORT`` to a free port - 100 in each process, as rlrun's engines do before ``LLM(...)``
+(``trainer.rollout.vllm_compat.pin_ray_store_port``). Neither system's code changes.
 
 Shape (all): 16 prompts x 4 samples, 256 new tokens, train batch 64 in micro-batches of 8, one epoch,
 ZeRO-3 bf16, SDPA attention, KL 0.02 (k1 in the reward), lr 1e-6, temperature 1, vLLM at 0.5 of the GPU's
@@ -62,17 +61,20 @@ from pathlib import Path
 
 from isolated import PROJECT, nvidia_smi_used_mib  # run as a script: its own directory is on the path
 
+if str(PROJECT) not in sys.path:
+    sys.path.insert(0, str(PROJECT))
+from trainer.rollout.vllm_compat import STORE_PORT_MARK  # noqa: E402  (light: no vLLM import)
+
 HERE = Path(__file__).resolve().parent
 ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
        "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "VLLM_USE_FLASHINFER_SAMPLER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
        "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-# The one change made to OpenRLHF (see the docstring), set in its processes only.
-OPENRLHF_ENV = {"VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}
-OPENRLHF_CHANGE = ("VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0 in its processes only: vLLM 0.26's V1 Ray "
-                   "executor, since RayExecutorV2 gives TP engines starting together on one host the same "
-                   "TCPStore port (EADDRINUSE); rlrun keeps V2 with a port of its own per engine "
-                   "(vllm_compat.pin_ray_store_port)")
+# The one change made to how OpenRLHF runs (see the docstring): its shim folder's sitecustomize.py.
+OPENRLHF_CHANGE = ("openrlhf_shim/sitecustomize.py in its processes only: each starts vLLM 0.26's TCPStore port "
+                   "search (VLLM_DP_MASTER_PORT + 100) at a port the OS gives it, as rlrun's engines do "
+                   "(vllm_compat.pin_ray_store_port), since RayExecutorV2 gives TP engines starting together on "
+                   "one host the same port (EADDRINUSE) and the V1 executor fails in Ray's compiled graph")
 RLRUN_PHASES = ("generate", "score", "sleep", "make_experience", "train", "sync")
 # verl 0.9.1's v1 trainer (verl/trainer/ppo/v1/trainer_base.py, trainer_sync.py): the marked_timer names it
 # logs as timing_s/<name>; "gen" is generation (wake, rollout, sleep), "update_weights" the push to vLLM
@@ -110,15 +112,15 @@ PLACEMENTS = {"colocated": ["--colocate_all_models", "--vllm_enable_sleep"], "ac
 def system_env(name: str, base: dict, *, ray_tmp: str, shim: str, verl_path: str = "",
                run_out: Path | None = None) -> dict:
     """The environment of one system's run: ``base`` (this process's, with :data:`ENV`), a Ray temp dir of
-    its own, no Ray address to join, the project on the path; for OpenRLHF also the stand-in flash_attn and
-    :data:`OPENRLHF_ENV`, which every other system runs without (removed if the caller's shell had it); for
-    verl its own folder first (antlr4 4.9.3 for Hydra, where the shared site holds 4.13 for math-verify) and
-    its file logger's path in ``run_out``. Ray's workers inherit it: each system starts its own local Ray."""
-    env = {k: v for k, v in base.items() if k not in OPENRLHF_ENV and k != "RAY_ADDRESS"}
+    its own, no Ray address to join, the project on the path; for OpenRLHF also the shim folder (the stand-in
+    flash_attn, and the sitecustomize.py of :data:`OPENRLHF_CHANGE`), which every other system runs without;
+    for verl its own folder first (antlr4 4.9.3 for Hydra, where the shared site holds 4.13 for math-verify)
+    and its file logger's path in ``run_out``. Ray's workers inherit it: each system starts its own local Ray.
+    A store port the caller's shell set is left out: each system's engines pick their own."""
+    env = {k: v for k, v in base.items() if k not in ("RAY_ADDRESS", "VLLM_DP_MASTER_PORT", STORE_PORT_MARK)}
     paths = [str(PROJECT)]
     if name == "openrlhf":
         paths.append(shim)
-        env.update(OPENRLHF_ENV)
     elif name == "verl":
         paths.insert(0, verl_path)
         env["HYDRA_FULL_ERROR"] = "1"
@@ -509,7 +511,7 @@ def main(argv=None) -> int:
                          "peak_mib": dict(sorted(mem.peak.items())),
                          "first_step_s": rows[0]["step_s"] if rows else None}
         if name == "openrlhf":
-            results[name]["changed_env"] = OPENRLHF_ENV
+            results[name]["change"] = OPENRLHF_CHANGE
         print(f"{name}: exit {rc} after {secs:.0f} s, {len(rows)} steps; median {results[name]['median']}", flush=True)
         if rc not in (0, None):
             print("".join((out / f"{name}.log").read_text(errors="replace").splitlines(True)[-40:]), flush=True)

@@ -1,5 +1,5 @@
-"""bench/gpu/side_by_side.py's parts that need no GPU: each system's environment (the one change made to
-OpenRLHF reaches OpenRLHF's processes only), and verl's command, log parser, data and reward."""
+"""bench/gpu/side_by_side.py's parts that need no GPU: each system's environment (the one change made to how
+OpenRLHF runs reaches OpenRLHF's processes only), and verl's command, log parser, data and reward."""
 
 from __future__ import annotations
 
@@ -25,18 +25,52 @@ BASE = {"PATH": "/usr/bin", "PYTHONPATH": "/tmp/site", "RAY_ADDRESS": "10.0.0.1:
         "NCCL_NVLS_ENABLE": "0"}
 
 
-def test_only_openrlhf_runs_with_the_v1_ray_executor():
+def test_only_openrlhf_runs_with_the_shim_and_no_system_inherits_a_store_port():
     orl = sbs.system_env("openrlhf", BASE, ray_tmp="/tmp/r", shim="/shim")
-    assert orl["VLLM_USE_RAY_V2_EXECUTOR_BACKEND"] == "0"
-    assert orl["PYTHONPATH"] == f"{PROJECT}:/shim:/tmp/site"
-    # a shell that set it must not change how rlrun runs vLLM
-    rl = sbs.system_env("rlrun", {**BASE, "VLLM_USE_RAY_V2_EXECUTOR_BACKEND": "0"}, ray_tmp="/tmp/r",
-                        shim="/shim")
-    assert "VLLM_USE_RAY_V2_EXECUTOR_BACKEND" not in rl
+    assert orl["PYTHONPATH"] == f"{PROJECT}:/shim:/tmp/site"  # the project first: the shim's sitecustomize imports it
+    # a store port the shell set (or the bench's own process got) must not reach any system's engines
+    shell = {**BASE, "VLLM_DP_MASTER_PORT": "29000", "RLRUN_STORE_PORT_PID": "1"}
+    rl = sbs.system_env("rlrun", shell, ray_tmp="/tmp/r", shim="/shim")
     assert rl["PYTHONPATH"] == f"{PROJECT}:/tmp/site"
-    for env in (orl, rl):
+    for env in (orl, rl, sbs.system_env("openrlhf", shell, ray_tmp="/tmp/r", shim="/shim")):
         assert "RAY_ADDRESS" not in env and env["RAY_TMPDIR"] == "/tmp/r" and env["NCCL_NVLS_ENABLE"] == "0"
+        assert "VLLM_DP_MASTER_PORT" not in env and "RLRUN_STORE_PORT_PID" not in env
     assert "RAY_ADDRESS" in BASE  # the caller's dict is left as it was
+
+
+def _start(env: dict, code: str) -> dict:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+SHOW = ("import json, os, subprocess, sys; mine = {k: os.environ.get(k) for k in ('VLLM_DP_MASTER_PORT', "
+        "'RLRUN_STORE_PORT_PID')}; child = subprocess.run([sys.executable, '-c', 'import os; "
+        "print(os.environ.get(\"VLLM_DP_MASTER_PORT\"))'], capture_output=True, text=True).stdout.strip(); "
+        "print(json.dumps({**mine, 'child': child, 'pid': os.getpid()}))")
+
+
+def test_the_shim_gives_each_openrlhf_process_a_store_port_of_its_own():
+    """openrlhf_shim/sitecustomize.py in real interpreters: each process (and each child, as Ray's workers and
+    vLLM's engine cores are) starts vLLM 0.26's TCPStore search at a port of its own, marked as the shim's;
+    a port the caller set stays."""
+    import os
+
+    env = sbs.system_env("openrlhf", {"PATH": os.environ["PATH"], "PYTHONPATH": ""}, ray_tmp="/tmp/r",
+                         shim=str(GPU_BENCH / "openrlhf_shim"))
+    a, b = _start(env, SHOW), _start(env, SHOW)
+    ports = {a["VLLM_DP_MASTER_PORT"], b["VLLM_DP_MASTER_PORT"], a["child"], b["child"]}
+    assert len(ports) == 4 and all(int(p) > 0 for p in ports), (a, b)
+    assert a["RLRUN_STORE_PORT_PID"] == str(a["pid"])
+    given = _start({**env, "VLLM_DP_MASTER_PORT": "29000"}, SHOW)
+    assert given["VLLM_DP_MASTER_PORT"] == "29000" and given["child"] == "29000"
+    assert given["RLRUN_STORE_PORT_PID"] is None
+    # rlrun's processes run without the shim: no port is set for them
+    plain = _start(sbs.system_env("rlrun", {"PATH": os.environ["PATH"], "PYTHONPATH": ""}, ray_tmp="/tmp/r",
+                                  shim=str(GPU_BENCH / "openrlhf_shim")), SHOW)
+    assert plain["VLLM_DP_MASTER_PORT"] is None and plain["child"] == "None"
 
 
 def test_verl_gets_its_own_folder_first_and_a_file_logger(tmp_path):
@@ -44,7 +78,7 @@ def test_verl_gets_its_own_folder_first_and_a_file_logger(tmp_path):
                          shim="/shim", verl_path="/tmp/site/verl-only", run_out=tmp_path)
     assert env["PYTHONPATH"] == f"/tmp/site/verl-only:{PROJECT}:/tmp/site"  # its antlr4 before the site's
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "metrics.jsonl")
-    assert "VLLM_USE_RAY_V2_EXECUTOR_BACKEND" not in env and "/shim" not in env["PYTHONPATH"]
+    assert "/shim" not in env["PYTHONPATH"]
 
 
 def _args(**kw):
@@ -187,7 +221,7 @@ def test_the_table_sets_verl_beside_the_others(capsys):
     sbs.table(r)
     out = capsys.readouterr().out
     assert "rlrun step / OpenRLHF step: 0.20x" in out and "rlrun step / verl step: 0.25x" in out
-    assert "the one change made to OpenRLHF: VLLM_USE_RAY_V2_EXECUTOR_BACKEND=0" in out
+    assert "the one change made to OpenRLHF: openrlhf_shim/sitecustomize.py in its processes only" in out
     assert "train (OpenRLHF: ppo_train; verl: update_actor)" in out and "verl 2" in out
 
 

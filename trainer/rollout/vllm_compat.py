@@ -58,13 +58,33 @@ def shutdown(llm: Any) -> None:
     llm.llm_engine.engine_core.shutdown()
 
 
+STORE_PORT_MARK = "RLRUN_STORE_PORT_PID"  # the process that set VLLM_DP_MASTER_PORT by give_store_port
+
+
+def give_store_port(environ: Any) -> int | None:
+    """Set ``VLLM_DP_MASTER_PORT`` to a port the OS gives now, less 100 (where vLLM 0.26's Ray executor starts
+    its TCPStore search), and mark it as set here (:data:`STORE_PORT_MARK`: a child that inherits it may take
+    one of its own); returns the port. No vLLM import: bench/gpu/openrlhf_shim/sitecustomize.py calls it at
+    every interpreter's start."""
+    import os
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    if port <= 100:  # pragma: no cover - the OS hands out ports far above
+        return None
+    environ["VLLM_DP_MASTER_PORT"] = str(port - 100)
+    environ[STORE_PORT_MARK] = str(os.getpid())
+    return port
+
+
 def pin_ray_store_port(executor_cls: Any = None, environ: Any = None) -> int | None:
     """Where the Ray executor searches its TCPStore port from ``VLLM_DP_MASTER_PORT + 100`` (vLLM 0.26's
     ``RayExecutorV2._select_tcpstore_port``), point that search at a port the OS gives this engine now, so
     engines starting side by side on one host do not pick the same one; returns the port, or None where
     the installed vLLM chooses its own (0.32) or the variable is set already. Call before ``LLM(...)``."""
     import os
-    import socket
 
     environ = os.environ if environ is None else environ
     if executor_cls is None:
@@ -74,10 +94,4 @@ def pin_ray_store_port(executor_cls: Any = None, environ: Any = None) -> int | N
             return None
     if not hasattr(executor_cls, "_select_tcpstore_port") or environ.get("VLLM_DP_MASTER_PORT"):
         return None
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    if port <= 100:  # pragma: no cover - the OS hands out ports far above
-        return None
-    environ["VLLM_DP_MASTER_PORT"] = str(port - 100)
-    return port
+    return give_store_port(environ)
