@@ -77,8 +77,13 @@ stage_inputs() {
   fi
 }
 
-stage_xnode() {  # one engine of TP 4 over the two loopback nodes; the policy's weights reach it every step
-  MODEL=$work/m05h16 ROLLOUT=vllm VLLM_TP=4 SUBMIT_TIMEOUT=420 bash bench/gpu/miniature/run.sh x4 "$res/xnode"
+stage_xnode() {  # one engine of TP 4 over the two loopback nodes; the policy's weights reach it every step.
+  # The supervised warm-up first: the random model earns no reward, so without it no step changes the weights
+  # (2026-11-27 22:51: SUCCEEDED 3/3 with reward 0 and grad norm 0 throughout: nothing showed the push arrive);
+  # with it, the engine's log-probs at step 1 match the warmed-up policy's only if the push reached it
+  MODEL=$work/m05h16 ROLLOUT=vllm VLLM_TP=4 SUBMIT_TIMEOUT=480 \
+    SETS="sft_warmup_steps=40 sft_learning_rate=3e-4 sft_output_key=answer" \
+    bash bench/gpu/miniature/run.sh x4 "$res/xnode"
 }
 
 stage_ppo7b() {  # the supervised warm-up first: without it the random 7B earns no reward, and with the value

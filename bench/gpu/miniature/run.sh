@@ -222,12 +222,14 @@ if [ "$kind" = x4one ]; then  # PRESET as it is, on the copy-task prompts, with 
        --set input_key=message --set label_key=answer --set apply_chat_template=true --set flash_attn=false
        --set num_episodes=1 --set max_samples=100000 --set save_path=$work/out --set ckpt_path=$work/out/ckpt
        "${extra[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
-else
+else  # the miniature: 32b-rloo scaled to the two loopback nodes, and SETS where given (xnode: a warm-up)
+  extra=()
+  for kv in ${SETS:-}; do extra+=(--set "$kv"); done
   job=(--preset 32b-rloo
        --set pretrain=$model --set prompt_data=$work/copy.jsonl --set label_key=answer
        --set apply_chat_template=true "${rollout[@]}" --set flash_attn=false
        --set actor_num_gpus_per_node=$per_node --set ref_num_gpus_per_node=$per_node
-       --set num_episodes=1 "${sets[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
+       --set num_episodes=1 "${sets[@]}" "${extra[@]}" "${adam[@]}" --exclude .gpu-pkg --exclude .gpu-carry)
 fi
 echo "rlrun -i $inv submit ${job[*]} ${check[*]} --follow" | tee "$out/command.txt"
 rlrun -i $inv submit "${job[@]}" --dry-run >"$out/dryrun.log" 2>&1
