@@ -15,7 +15,8 @@
 #   inputs   the 0.5B and 7B Qwen-shaped random models (7B made on GPU 0) and the copy-task prompts
 #   mini     seed 004 in miniature: site.yml on two loopback nodes of 2 GPUs each, `rlrun check --fabric`,
 #            `rlrun submit --preset 32b-rloo` with 2 vLLM engines of TP 2 colocated (0-3)
-#   sbs7b    7B RLOO colocated on 4 GPUs, 2 engines x TP 2, gradient checkpointing: rlrun, then OpenRLHF
+#   sbs7b    7B RLOO colocated on 4 GPUs, 2 engines x TP 2, gradient checkpointing, micro-batches of 16
+#            (SBS7B_MICRO), rlrun's last step profiled: rlrun, then OpenRLHF
 #            0.11.2 with the same flags, then verl 0.9.1 at the same shape (0-3). SBS_SYSTEMS picks some
 #            of rlrun,openrlhf,verl (default all three; results in sbs7b, or sbs7b_<systems> when it is set);
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
@@ -120,11 +121,14 @@ stage_mini() {
   ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=300 FABRIC=1 bash bench/gpu/miniature/run.sh x4 "$res/mini"
 }
 
-stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_step 4; left out of its medians)
-  local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
+stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_step 4; left out of its medians).
+  # Micro-batches of 16 for every system (SBS7B_MICRO=4: the first runs' 4 and 8): rlrun's train phase took
+  # 3.66 s at 16 against 9.83 s at 4 (2026-11-27, sbs7b_m16)
+  local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl} micro=${SBS7B_MICRO:-16}
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "$res/sbs7b${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 \
-    --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train 4 --micro-rollout 8 \
+    --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train "$micro" \
+    --micro-rollout "$(( micro > 8 ? micro : 8 ))" \
     --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
     --rlrun-extra="--profile_step 4"
 }
