@@ -88,8 +88,9 @@ class Trainer:
                         gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                         **model_args)
         if self.ref is not None:
+            ref_args = {**model_args, "zero_stage": cfg.zero_stage if cfg.ref_zero_stage is None else cfg.ref_zero_stage}
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
-                         **model_args)
+                         **ref_args)
         if self.critic is not None:
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
                             micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
@@ -162,7 +163,7 @@ class Trainer:
         state.sampler_state = rollout.sampler_state
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
-                   "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
+                   **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
         if self.memory.sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
         if state.step % cfg.logging_steps == 0 or evals:

@@ -604,6 +604,12 @@ def table(r: dict) -> None:
     if "sync" in a and gib and a["sync"] > 0:
         print(f"rlrun weight push, gather included: {statistics.median(gib) * 2**30 / a['sync'] / 1e9:.1f} GB/s "
               f"({statistics.median(gib):.2f} GiB in {a['sync']:.3f} s)")
+    parts = {p: [x[f"sync/{p}_s"] for x in rows[1:] if f"sync/{p}_s" in x]
+             for p in ("gather", "handles", "load", "release", "finish")}
+    if all(parts.values()):  # the shared (colocated) push, by part, on policy rank 0
+        buckets = statistics.median(x.get("sync/buckets", 0) for x in rows[1:] if "sync/buckets" in x)
+        print(f"rlrun weight push by part ({buckets:.0f} buckets): "
+              + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in parts.items()))
     if "wait_rollout" in a or any("async/staleness" in x for x in rows):
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "

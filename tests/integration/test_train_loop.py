@@ -137,7 +137,8 @@ def runs(private_ray, tmp):
         "one_rank": lambda: _one_rank(private_ray, tmp, torn),
         "ppo": lambda: _train(private_ray, tmp, tmp / "ppo", 2, "--advantage_estimator", "gae", "--critic_num_nodes",
                               "1", "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2",
-                              "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2", "--profile_step", "2"),
+                              "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2", "--profile_step", "2",
+                              "--ref_num_gpus_per_node", "2", "--ref_zero_stage", "0"),
         "vllm": lambda: _train(private_ray, tmp / "vllm", tmp / "vllm" / "out", 1, "--rollout_backend", "vllm",
                                "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
                                "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
@@ -267,9 +268,19 @@ def test_colocated_vllm_engine_takes_the_weights_in_place(runs, tmp):
     rows, out, leftover = runs["colocated"]
     assert "weight sync: in place (/dev/shm) into 1 colocated engine(s)" in out
     model_bytes = sum(p.stat().st_size for p in (tmp / "vllm" / "model").glob("*.safetensors"))
+    from safetensors import safe_open
+
+    tensors = sum(len(safe_open(p, "pt").keys()) for p in (tmp / "vllm" / "model").glob("*.safetensors"))
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:  # every step hands over the whole model (the file adds only its small header)
         assert 0.95 * model_bytes < r["sync/gib"] * 2**30 <= model_bytes, (r["sync/gib"], model_bytes)
+        # where the push's time went: buckets of 300 kB (a larger tensor fills one alone), each gathered,
+        # published, loaded by the engine
+        assert model_bytes // 300_000 // 2 <= r["sync/buckets"] <= tensors, (r["sync/buckets"], tensors)
+        for part in ("gather", "handles", "load", "release", "finish"):
+            assert r[f"sync/{part}_s"] >= 0, (part, r)
+        assert r["sync/load_s"] > 0 and r["sync/gather_s"] > 0, r
+        assert sum(r[f"sync/{p}_s"] for p in ("gather", "handles", "load", "release", "finish")) <= r["timing/sync"], r
     assert leftover == set()
 
 
@@ -313,6 +324,9 @@ def test_profile_step_profiles_that_step_on_each_groups_first_rank(runs, tmp):
         assert text.startswith("profile: ") and "Self CPU" in text, text[:500]
     # the trained policy's step includes its backward: more operator time than the reference's forwards
     assert rows[1]["profile/policy_compute_s"] > rows[1]["profile/ref_compute_s"], rows[1]
+    # --ref_zero_stage 0: the reference's 2 ranks hold whole weights and gather nothing; the ZeRO-3 policy's do
+    assert rows[1]["profile/policy_nccl_s"] > 0, rows[1]
+    assert rows[1].get("profile/ref_nccl_s", 0.0) == 0.0, rows[1]
 
 
 def test_async_rollouts_are_one_version_old_and_the_mismatch_shows_it(runs, uninterrupted):

@@ -355,6 +355,16 @@ def test_an_engine_over_several_nodes_goes_without_custom_all_reduce():
     assert span_kwargs(["?"]) == {}
 
 
+def test_vllm_in_process_reaches_every_engine_and_is_left_to_the_platform_otherwise():
+    from trainer.rollout.engines import vllm_kwargs
+
+    cfg = cfg_of("32b-rloo")
+    assert "in_process" not in vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))  # GPU: a spawned core
+    cfg = cfg_of("32b-rloo", "vllm_in_process=true")
+    kwargs = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
+    assert kwargs["in_process"] is True and kwargs["tensor_parallel_size"] == 4
+
+
 def test_engines_on_one_node_search_their_ports_from_stretches_of_their_own():
     from trainer.rollout.engines import engine_ports
 

@@ -258,3 +258,16 @@ def test_rlrun_medians_leave_out_the_profiled_step(tmp_path):
     assert med["train"] == 5.0 and med["step"] == 6.0 and med["steps_measured"] == 2
     # nothing but the first step and a profiled one: the first step stands in
     assert sbs.medians(parsed[:1] + parsed[3:])["train"] == 50.0
+
+
+def test_the_table_shows_the_weight_push_by_part(capsys):
+    """rlrun's colocated push, timed by part on policy rank 0 (sync/*_s), as medians of the later steps."""
+    med = {"generate": 1.0, "make_experience": 0.5, "train": 1.0, "sync": 1.7, "step": 4.2, "steps_measured": 2}
+    parts = {"sync/gather_s": 0.2, "sync/handles_s": 0.1, "sync/load_s": 1.2, "sync/release_s": 0.1,
+             "sync/finish_s": 0.05, "sync/buckets": 57, "sync/gib": 14.19}
+    rows = [{"step": 1, **parts, "sync/load_s": 9.0}, {"step": 2, **parts}, {"step": 3, **parts, "sync/load_s": 1.4}]
+    r = {"shape": {"prompts": 16, "n": 4, "new_tokens": 256, "steps": 3}, "rlrun": {"median": med, "steps": rows}}
+    sbs.table(r)
+    out = capsys.readouterr().out
+    assert ("rlrun weight push by part (57 buckets): gather 0.200 s, handles 0.100 s, load 1.300 s, "
+            "release 0.100 s, finish 0.050 s") in out, out

@@ -334,6 +334,8 @@ OWN_FLAGS: dict[str, str] = {
     "eval_label_key": "the evaluation labels' key (default --label_key)",
     "eval_at_start": "evaluate before the first step too (verl's trainer.val_before_train)",
     "save_best": "keep the best checkpoint by an eval metric (OpenRLHF 0.11: --ckpt.best_metric_key)",
+    "ref_zero_stage": "the reference's own ZeRO stage (0: whole weights on each GPU, no gathers in its forwards)",
+    "vllm_in_process": "each engine's core in its actor's process (no spawned EngineCore; faster start)",
     "profile_step": "torch.profiler over one step's forwards and train phase (verl: global_profiler.steps)",
     "profile_trace": "with --profile_step: each group's Chrome trace too",
 }

@@ -354,10 +354,13 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             pass
         return 0
 
-    def push_weights_shared(self, engines: list[Any], bucket_bytes: int) -> int:
+    def push_weights_shared(self, engines: list[Any], bucket_bytes: int) -> dict[str, float]:
         """Colocated engines: the policy's weights handed over in place (:func:`trainer.weights.shared.push_shared`);
-        every rank must call it. Returns the bytes handed over (0 on ranks other than 0)."""
-        return push_shared(self.engine, self.rank, engines, bucket_bytes)
+        every rank must call it. Returns ``bytes`` handed over (0 on ranks other than 0) and this rank's seconds
+        by part of the push (push_shared's ``timings``)."""
+        timings: dict[str, float] = {}
+        sent = push_shared(self.engine, self.rank, engines, bucket_bytes, timings)
+        return {"bytes": float(sent), **timings}
 
     def reset_optimizer_state(self) -> None:
         """Forget the optimizer's moments (Adam's running averages and step count): RL after the supervised

@@ -33,6 +33,7 @@ import inspect
 import os
 import pickle
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,12 +169,16 @@ def _publishes(kind: Kind, device: torch.device, rank: int, world: int) -> bool:
     return keys.index(key) == rank
 
 
-def push_shared(model: Any, rank: int, engines: list[Any], bucket_bytes: int) -> int:
+def push_shared(model: Any, rank: int, engines: list[Any], bucket_bytes: int,
+                timings: dict[str, float] | None = None) -> int:
     """One policy rank's part of a shared-bucket push to colocated ``engines`` (their Ray handles): gather
     ``model``'s ZeRO-3 parameters a bucket at a time and hand each bucket to the engines in place (CUDA IPC on
     GPUs, ``/dev/shm`` without); only handles cross Ray. Every rank must call it. The first rank at each location
     publishes its copy; rank 0 collects the handles, has every engine load the bucket and, at the end, finish the
-    update. Returns the bytes handed over (0 on ranks other than 0)."""
+    update. Returns the bytes handed over (0 on ranks other than 0). ``timings``, where given, gets this rank's
+    seconds by part (``gather``: the buckets' all-gathers, landed; ``handles``: publishing and exchanging them;
+    ``load``: the engines loading them, rank 0; ``release``: the barrier after each bucket and freeing it;
+    ``finish``: the engines' end of the update) and the bucket count (``buckets``)."""
     import ray
     import torch.distributed as dist
 
@@ -184,30 +189,51 @@ def push_shared(model: Any, rank: int, engines: list[Any], bucket_bytes: int) ->
     publisher = Publisher(kind, device)
     deferred = defers_load(kind)
     sent = 0
+    spent = dict.fromkeys(("gather", "handles", "load", "release", "finish", "buckets"), 0.0)
+    clock = time.perf_counter
     try:
-        for bucket in iter_zero3_buckets(model, bucket_bytes):
+        buckets = iter_zero3_buckets(model, bucket_bytes)
+        while True:
+            t0 = clock()
+            bucket = next(buckets, None)
+            if bucket is None:
+                break
+            if kind == "cuda":
+                torch.cuda.current_stream(bucket.buffer.device).synchronize()
+            t1 = clock()
             mine = publisher.publish(bucket) if publishes else None
             shared = [mine]
             if world > 1:
                 shared = [None] * world
                 dist.all_gather_object(shared, mine)
+            t2 = clock()
             if rank == 0:
                 merged = None
                 for part in shared:
                     merged = part if merged is None else merged.merge(part)
                 ray.get([e.load_shared_bucket.remote(vars(merged)) for e in engines])
                 sent += bucket.nbytes
+            t3 = clock()
             if not deferred:
                 if world > 1:
                     dist.barrier()  # every engine has loaded it: the buffers may go
                 publisher.release()
             del bucket
+            t4 = clock()
+            for part, seconds in zip(("gather", "handles", "load", "release"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3),
+                                     strict=True):
+                spent[part] += seconds
+            spent["buckets"] += 1
+        t0 = clock()
         if rank == 0:
             ray.get([e.finish_weight_update.remote() for e in engines])
         if world > 1:
             dist.barrier()
+        spent["finish"] = clock() - t0
     finally:
         publisher.release()
+    if timings is not None:
+        timings.update(spent)
     return sent
 
 

@@ -47,6 +47,7 @@ class WeightSync(abc.ABC):
 
     def __init__(self, cfg: Any, plan: Any, policy: Any, engines: Any) -> None:
         self.cfg, self.plan, self.policy, self.engines = cfg, plan, policy, engines
+        self.timings: dict[str, float] = {}  # the last push's parts, as metrics (a transport that times them)
 
     def push(self) -> int:
         """Hand the current weights to every engine (replacing first any that died or hangs); returns the bytes
@@ -82,7 +83,10 @@ class SharedSync(WeightSync):
 
     def _push(self) -> int:
         refs = self.policy.async_run("push_weights_shared", self.engines.handles, self.cfg.sync_bucket_bytes)
-        return self._get(refs, [f"policy rank {r}" for r in range(len(refs))])[0]
+        first = self._get(refs, [f"policy rank {r}" for r in range(len(refs))])[0]
+        # where the push's time went, on rank 0 (the one that has the engines load each bucket): sync/<part>_s
+        self.timings = {f"sync/{k}" if k == "buckets" else f"sync/{k}_s": v for k, v in first.items() if k != "bytes"}
+        return int(first["bytes"])
 
 
 class BroadcastSync(WeightSync):
