@@ -20,6 +20,9 @@
 #            0.11.2 with the same flags, then verl 0.9.1 at the same shape (0-3). SBS_SYSTEMS picks some
 #            of rlrun,openrlhf,verl (default all three; results in sbs7b, or sbs7b_<systems> when it is set);
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
+#   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing) and 1 GiB
+#            weight-push buckets (0-3)
+#   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process: step 1 with the engines' cores in-process (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
 #            verl, 6 steps (SBS_SYSTEMS as above)
@@ -131,6 +134,24 @@ stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_ste
     --micro-rollout "$(( micro > 8 ? micro : 8 ))" \
     --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
     --rlrun-extra="--profile_step 4"
+}
+
+stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
+  # of 16) with a reference that keeps its whole weights on each GPU (--ref_zero_stage 0: no gathers in its
+  # forwards; make_experience) and weight-push buckets of 1 GiB, not 256 MiB (57 -> 15 round trips; sync, whose
+  # parts sync/*_s show). Compare with sbs7b's rlrun of the same loan
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_levers" \
+    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 \
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 420 \
+    --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --sync_bucket_bytes 1073741824"
+}
+
+stage_sbs7b_inproc() {  # issue 38 item 2, step 1: as sbs7b's rlrun with --vllm_in_process (each engine's core in its
+  # actor's process: one process start and vLLM import less of the ~57 s an engine spent starting processes)
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_inproc" \
+    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 2 \
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 360 \
+    --rlrun-extra="--vllm_in_process"
 }
 
 stage_sbs7b_m16() {  # issue 38 item 2, one lever: rlrun alone at the sbs7b shape with micro-batches of 16 (4x fewer
@@ -255,7 +276,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900)
     # its own session: it outlives the device call that starts it
