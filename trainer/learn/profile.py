@@ -1,7 +1,7 @@
 """One step under torch.profiler, on one rank (``--profile_step N``): where a train phase's time goes.
 
-The loop asks rank 0 of the policy (and of the critic) to profile the step's make_experience forwards and
-its train phase. What comes out, in ``<save_path>/profile/``:
+The loop asks rank 0 of each model group (the policy, the reference, the critic) to profile the step's
+make_experience forwards and its train phase. What comes out, in ``<save_path>/profile/``:
 
 - ``<group>_step<N>.txt``: the wall time of the window, the device (or, on a CPU rank, the operators') time
   by kind, and the top operators and kernels by self time;
