@@ -88,9 +88,8 @@ class Trainer:
                         gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
                         **model_args)
         if self.ref is not None:
-            ref_args = {**model_args, "zero_stage": cfg.zero_stage if cfg.ref_zero_stage is None else cfg.ref_zero_stage}
             self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
-                         **ref_args)
+                         **{**model_args, "zero_stage": cfg.ref_zero_stage})
         if self.critic is not None:
             self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
                             micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,

@@ -86,6 +86,8 @@ def resolve_auto_values(c: Config, bad: set[str]) -> dict[str, Any]:
         out["critic_micro_train_batch_size"] = c.micro_train_batch_size
     if c.critic_lr_warmup_ratio is None and critic:
         out["critic_lr_warmup_ratio"] = c.lr_warmup_ratio
+    if c.ref_zero_stage is None and "init_kl_coef" not in bad and has_ref(c):
+        out["ref_zero_stage"] = c.zero_stage
     if c.use_tensorboard == TENSORBOARD_AUTO:
         out["use_tensorboard"] = os.path.join(c.save_path, "tensorboard")
     return out
@@ -121,8 +123,8 @@ def derive(c: Config) -> dict[str, Any]:
     vllm = (c.vllm_num_engines or 0) * c.vllm_tensor_parallel_size if c.rollout_backend == "vllm" else 0
     samples = c.rollout_batch_size * c.n_samples_per_prompt
     steps_per_rollout = samples // c.train_batch_size * c.max_epochs
-    rollouts = c.max_samples // c.rollout_batch_size
-    run_rollouts = c.num_episodes * rollouts if c.max_steps is None else min(c.max_steps, c.num_episodes * rollouts)
+    rollouts = c.rollouts_per_episode(c.max_samples)
+    run_rollouts = c.total_rollouts(c.max_samples)
     low, high = c.eps_clip_low_high or (c.eps_clip, c.eps_clip)
     return {
         "rollout_samples": samples,
@@ -382,9 +384,7 @@ def _critic_warmup(c: Config) -> Iterator[str]:
 def _profile_step(c: Config) -> Iterator[str]:
     if c.profile_step <= 0 or c.rollout_batch_size <= 0:
         return
-    run_rollouts = c.num_episodes * (c.max_samples // c.rollout_batch_size)
-    if c.max_steps is not None:
-        run_rollouts = min(c.max_steps, run_rollouts)
+    run_rollouts = c.total_rollouts(c.max_samples)  # at most: the data may hold fewer prompts
     if c.profile_step > run_rollouts:
         yield (f"--profile_step {c.profile_step} is beyond the run's last step {run_rollouts} (--max_steps, or "
                "--max_samples / --rollout_batch_size * --num_episodes): nothing would be profiled; pick 1.."
