@@ -198,7 +198,7 @@ def push_shared(model: Any, rank: int, engines: list[Any], bucket_bytes: int,
             bucket = next(buckets, None)
             if bucket is None:
                 break
-            if kind == "cuda":
+            if kind == "cuda" and publishes:  # publish() waits for the gather to land: here, so it is timed as one
                 torch.cuda.current_stream(bucket.buffer.device).synchronize()
             t1 = clock()
             mine = publisher.publish(bucket) if publishes else None
