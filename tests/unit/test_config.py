@@ -491,3 +491,38 @@ def test_fault_deadlines_default_generous_and_reach_the_config():
     cfg = parse_args([*SEED, "--generate_timeout", "600", "--max_engine_restarts", "0", "--reward_outage_timeout",
                       "30"])
     assert (cfg.generate_timeout, cfg.max_engine_restarts, cfg.reward_outage_timeout) == (600.0, 0, 30.0)
+
+
+def test_old_logprobs_train_only_where_the_train_forward_gives_the_old_ones():
+    """--old_logprobs train is exact only while the policy has not moved: one optimizer step per rollout (the
+    seed's 256 x 8 samples over batches of 128 are 16) and no KL penalty that needs them before training."""
+    with pytest.raises(ConfigError) as err:
+        parse_args([*SEED, "--old_logprobs", "train", "--use_kl_loss"])
+    assert "--old_logprobs train with 16 optimizer steps per rollout" in str(err.value)
+    assert "--train_batch_size 2048 --max_epochs 1" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_args(with_flags("--train_batch_size 2048", "--old_logprobs train"))
+    assert "--old_logprobs train with a KL penalty in the reward (--init_kl_coef 0.02)" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_args(with_flags("--train_batch_size 2048", "--max_epochs 2", "--old_logprobs train", "--use_kl_loss"))
+    assert "with 2 optimizer steps per rollout" in str(err.value)
+    for ok in (with_flags("--train_batch_size 2048", "--old_logprobs train", "--use_kl_loss"),
+               with_flags("--train_batch_size 2048", "--old_logprobs train", "--init_kl_coef 0",
+                          drop=("--ref_num_nodes", "--ref_num_gpus_per_node"))):
+        cfg = parse_args(ok)
+        assert cfg.old_logprobs == "train" and cfg.train_steps_per_rollout == 1
+
+
+def test_old_logprobs_rollout_needs_the_engines_logprobs_and_no_correction():
+    cfg = parse_args([*SEED, "--old_logprobs", "rollout"])  # a KL penalty and 16 steps: the engines' stand in
+    assert cfg.old_logprobs == "rollout"
+    with pytest.raises(ConfigError) as err:
+        parse_args([*SEED, "--old_logprobs", "rollout", "--skip_rollout_logprobs"])
+    assert "--old_logprobs rollout with --skip_rollout_logprobs" in str(err.value)
+    split = [a for a in SEED if a not in ("--colocate_all_models", "--vllm_enable_sleep")]
+    with pytest.raises(ConfigError) as err:
+        parse_args([*split, "--async_train", "--is_correction", "tis", "--old_logprobs", "rollout"])
+    assert "--old_logprobs rollout with --is_correction tis" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_args([*SEED, "--old_logprobs", "engine"])
+    assert "--old_logprobs 'engine': expected one of policy, train, rollout" in str(err.value)

@@ -325,3 +325,39 @@ def test_a_replacement_while_the_policy_trains_waits_for_the_push_and_makes_the_
     assert (first[0], again[0]) == (12, 12) and first[1] == again[1]  # the same prompts, the same seed
     assert again[2] >= trainer.pushes[0][1]  # generated after the push
     assert [p.text for p in r2.prompts] == again[1]
+
+
+def test_old_logprobs_from_the_train_forward_give_the_plain_policy_gradient():
+    """--old_logprobs train: no old log-probs in the batch; the forward's own, detached, are the old ones, so the
+    ratio is 1 (nothing clipped) and the gradient is sum(A * grad logp) / tokens, as with the policy's own
+    log-probs passed in. The TIS weights then compare that forward with the engines'."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 5, generator=gen, requires_grad=True)
+    adv = torch.randn(3, 5, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float32)
+    rollout = logits.detach() + 0.3 * torch.randn(3, 5, generator=gen)
+    grads = {}
+    for name, old, objective in (("policy", logits.detach().clone(), PolicyObjective()),
+                                 ("train", None, PolicyObjective(old_logprobs="train"))):
+        logits.grad = None
+        loss, metrics = policy_objective(logits * 1.0, old, adv, mask, None, objective)
+        loss.backward()
+        grads[name] = logits.grad.clone()
+        assert metrics["policy/clip_frac"].item() == 0.0
+        assert loss.item() == pytest.approx(-(adv * mask).sum().item() / mask.sum().item(), rel=1e-6)
+    torch.testing.assert_close(grads["train"], grads["policy"])
+    torch.testing.assert_close(grads["train"], -adv * mask / mask.sum())
+    _, tis = policy_objective(logits * 1.0, None, adv, mask, None,
+                              PolicyObjective(old_logprobs="train", is_correction="tis", is_high=1.2), rollout)
+    want = torch.exp(logits.detach() - rollout).clamp(0.5, 1.2)
+    assert tis["policy/is_weight"].item() == pytest.approx((want * mask).sum().item() / mask.sum().item(), rel=1e-5)
+
+
+def test_old_logprobs_missing_or_doubled_is_an_error():
+    logp, mask = torch.zeros(1, 2), torch.ones(1, 2)
+    with pytest.raises(ValueError, match="no old log-probs .*--old_logprobs policy"):
+        policy_objective(logp, None, mask, mask, None, PolicyObjective())
+    with pytest.raises(ValueError, match="--old_logprobs train.*brings its own"):
+        policy_objective(logp, logp, mask, mask, None, PolicyObjective(old_logprobs="train"))
+    with pytest.raises(ValueError, match="unknown old log-probs source 'engine'"):
+        PolicyObjective(old_logprobs="engine")

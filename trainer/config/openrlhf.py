@@ -338,6 +338,8 @@ OWN_FLAGS: dict[str, str] = {
     "vllm_in_process": "each engine's core in its actor's process (no spawned EngineCore; faster start)",
     "profile_step": "torch.profiler over one step's forwards and train phase (verl: global_profiler.steps)",
     "profile_trace": "with --profile_step: each group's Chrome trace too",
+    "old_logprobs": "where the ratio's old log-probs come from: a policy forward, the train step's own, or the "
+                    "engines' (verl's rollout-correction bypass mode)",
 }
 
 #: OpenRLHF's other names of this trainer's flags, accepted as they are: the seed's ``--universal_ckpt`` (v0.6.3's

@@ -488,6 +488,32 @@ def _is_correction_needs_rollout_logprobs(c: Config) -> Iterator[str]:
                "by pi_train / pi_rollout and needs the engines' log-probs; drop --skip_rollout_logprobs")
 
 
+@_rule("old_logprobs", "rollout_batch_size", "n_samples_per_prompt", "train_batch_size", "max_epochs",
+       "init_kl_coef", "use_kl_loss", "skip_rollout_logprobs", "is_correction")
+def _old_logprobs_source(c: Config) -> Iterator[str]:
+    if c.old_logprobs == "train":
+        samples = c.rollout_batch_size * c.n_samples_per_prompt
+        steps = samples // c.train_batch_size * c.max_epochs if c.train_batch_size > 0 else 0
+        if steps != 1:
+            yield (f"--old_logprobs train with {steps} optimizer steps per rollout (--rollout_batch_size "
+                   f"{c.rollout_batch_size} x --n_samples_per_prompt {c.n_samples_per_prompt} / --train_batch_size "
+                   f"{c.train_batch_size} x --max_epochs {c.max_epochs}): after the first step the policy has moved "
+                   "and its own log-probs are no longer the old ones; use one step per rollout (--train_batch_size "
+                   f"{samples} --max_epochs 1) or --old_logprobs policy")
+        if has_ref(c) and not c.use_kl_loss:
+            yield (f"--old_logprobs train with a KL penalty in the reward (--init_kl_coef {c.init_kl_coef:g}): the "
+                   "rewards need the policy's log-probs before training; use --use_kl_loss, --init_kl_coef 0, or "
+                   "--old_logprobs policy")
+    if c.old_logprobs == "rollout":
+        if c.skip_rollout_logprobs:
+            yield ("--old_logprobs rollout with --skip_rollout_logprobs: the engines' log-probs are the old ones; "
+                   "drop --skip_rollout_logprobs")
+        if c.is_correction != "none":
+            yield (f"--old_logprobs rollout with --is_correction {c.is_correction}: the correction weighs by "
+                   "pi_old / pi_rollout, which is 1 when the engines' log-probs are the old ones; use --old_logprobs "
+                   "policy (or train) with the correction")
+
+
 @_rule("is_correction_threshold")
 def _is_band(c: Config) -> Iterator[str]:
     low, high = c.is_correction_threshold

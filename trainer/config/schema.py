@@ -346,6 +346,16 @@ class TrainerConfig:
         False, "Do not ask the engines for the sampled tokens' log-probs (no rollout/logprob_mismatch metric; "
         "refused with --is_correction).", group=X,
     )  # fmt: skip
+    old_logprobs: Literal["policy", "train", "rollout"] = flag(
+        "policy", "Where the PPO ratio's old log-probs come from. policy: a forward of the policy in "
+        "make_experience (OpenRLHF). train: no forward; the train step's own log-probs, detached, so the ratio "
+        "is 1 and the gradient is the plain policy gradient, exactly what policy gives while the policy has not "
+        "moved (NeMo-RL's force_on_policy_ratio); refused unless there is one optimizer step per rollout and no "
+        "KL penalty in the reward. rollout: the engines' log-probs of the sampled tokens stand in (verl's "
+        "algorithm.rollout_correction.bypass_mode): no forward, but the ratio and the KL penalty carry the "
+        "engines' numerics (rollout/logprob_mismatch); refused with --skip_rollout_logprobs and --is_correction "
+        "(its weights would all be 1).", group=X,
+    )  # fmt: skip
     dynamic_filtering: bool = flag(
         False, "DAPO's dynamic sampling: drop prompts whose samples all score alike or whose mean reward is "
         "outside --dynamic_filtering_reward_range, and draw more prompts until the rollout batch is full "

@@ -210,6 +210,10 @@ def rollout_mismatch(old_logp: torch.Tensor, rollout_logp: torch.Tensor,
             "rollout/logprob_kl": masked_mean(k3, mask).item()}
 
 
+#: --old_logprobs: where the ratio's old log-probs come from (trainer.config.schema)
+OLD_LOGPROBS = ("policy", "train", "rollout")
+
+
 @dataclass(frozen=True)
 class PolicyObjective:
     """What the policy's training loss is: the one description the trainer hands to every policy rank.
@@ -228,8 +232,11 @@ class PolicyObjective:
     is_correction: str = "none"  # rollout/train mismatch correction (is_correction_weights)
     is_low: float = 0.5
     is_high: float = 5.0
+    old_logprobs: str = "policy"  # --old_logprobs; "train": the micro-batch's own log-probs, detached, are the old
 
     def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"unknown old log-probs source {self.old_logprobs!r}; expected one of {OLD_LOGPROBS}")
         if self.is_correction not in IS_CORRECTIONS:
             raise ValueError(f"unknown IS correction {self.is_correction!r}; expected one of {IS_CORRECTIONS}")
         if self.kl_estimator not in KL_ESTIMATORS:
@@ -243,12 +250,12 @@ class PolicyObjective:
         low, high = cfg.is_correction_threshold
         return cls(eps_clip_low=cfg.eps_clip_low, eps_clip_high=cfg.eps_clip_high, dual_clip=cfg.dual_clip,
                    kl_loss_coef=cfg.kl_loss_coef, kl_estimator=cfg.kl_estimator, is_correction=cfg.is_correction,
-                   is_low=low, is_high=high)  # fmt: skip
+                   is_low=low, is_high=high, old_logprobs=cfg.old_logprobs)  # fmt: skip
 
 
 def policy_objective(
     logp: torch.Tensor,
-    old_logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     action_mask: torch.Tensor,
     ref_logp: torch.Tensor | None,
@@ -263,9 +270,18 @@ def policy_objective(
     ``policy/dual_clip_frac``, with a KL loss ``loss/kl`` (the unweighted estimate), with an IS correction
     ``policy/is_filtered`` (the share outside the band) and ``policy/is_weight`` (the mean weight), all
     detached. A KL loss without ``ref_logp``, or an IS correction without ``rollout_logp``, is an error:
-    silently training without it would disagree with the config.
+    silently training without it would disagree with the config. ``old_logp`` is None exactly when the
+    objective takes the old log-probs from this forward (``--old_logprobs train``).
     """
     o = objective
+    if o.old_logprobs == "train":  # one optimizer step per rollout: the policy has not moved, its log-probs are the old
+        if old_logp is not None:
+            raise ValueError("the objective takes the old log-probs from the train forward (--old_logprobs train) "
+                             "but the batch brings its own; expected none")
+        old_logp = logp.detach()
+    elif old_logp is None:
+        raise ValueError(f"the batch has no old log-probs (--old_logprobs {o.old_logprobs} makes them before "
+                         "training); expected them, or --old_logprobs train")
     surrogate, ratio_bound, dual_bound = _surrogate(logp, old_logp, advantages, o.eps_clip_low, o.eps_clip_high,
                                                     o.dual_clip)  # fmt: skip
     weights = None

@@ -14,7 +14,13 @@ import torch
 
 from trainer.checkpoint import CheckpointWorker
 from trainer.learn.group import DistributedWorker
-from trainer.learn.losses import PolicyObjective, log_probs_from_logits, masked_mean, policy_objective
+from trainer.learn.losses import (
+    PolicyObjective,
+    log_probs_from_logits,
+    masked_mean,
+    policy_objective,
+    rollout_mismatch,
+)
 from trainer.learn.packing import pack, unpack
 from trainer.weights.shared import push_shared
 
@@ -277,20 +283,27 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
 
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
-                     lr: float | None = None) -> dict[str, float]:
+                     lr: float | None = None, measure_mismatch: bool = False) -> dict[str, float]:
         """One optimizer step over this rank's micro-batches with the trainer's `objective` (clipped
         surrogate, optional KL loss with the configured estimator: trainer.learn.losses.policy_objective), at
-        learning rate `lr` when given (the trainer's schedule). Metrics: the micro-batches' mean."""
+        learning rate `lr` when given (the trainer's schedule). Metrics: the micro-batches' mean.
+
+        ``measure_mismatch`` (the first step on a rollout, when make_experience ran no policy forward: --old_logprobs
+        train or rollout): the engines' log-probs against this forward's, rollout/logprob_mismatch and its
+        max and KL over this rank's micro-batches, as make_experience measures them otherwise."""
         if lr is not None:
             self.set_learning_rate(lr)
         self.engine.train()
         # tokens/forward_slots: token slots a micro-batch's forward computes (padded B x L, or packed rows)
         totals: dict[str, float] = {"tokens/forward_slots": 0.0}
+        pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for mb in micro_batches:
             mb = self._to_device(mb)
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
-            total, metrics = policy_objective(logp, mb["old_logprobs"], mb["advantages"], mask,
+            if measure_mismatch and "rollout_logprobs" in mb:
+                pairs.append((logp.detach().float().cpu(), mb["rollout_logprobs"].cpu(), mask.cpu()))
+            total, metrics = policy_objective(logp, mb.get("old_logprobs"), mb["advantages"], mask,
                                               mb.get("ref_logprobs"), objective, mb.get("rollout_logprobs"))
             self.engine.backward(total)
             self.engine.step()
@@ -298,6 +311,8 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                 totals[key] = totals.get(key, 0.0) + value.item() / len(micro_batches)
             totals["tokens/forward_slots"] += self.forward_slots / len(micro_batches)
         totals["policy/grad_norm"] = grad_norm(self.engine)
+        if pairs:
+            totals.update(rollout_mismatch(*(torch.cat([p[i] for p in pairs]) for i in range(3))))
         return totals
 
     def train_sft(self, micro_batches: list[dict[str, torch.Tensor]]) -> float:
