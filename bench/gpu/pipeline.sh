@@ -20,8 +20,8 @@
 #            0.11.2 with the same flags, then verl 0.9.1 at the same shape (0-3). SBS_SYSTEMS picks some
 #            of rlrun,openrlhf,verl (default all three; results in sbs7b, or sbs7b_<systems> when it is set);
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
-#   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing) and 1 GiB
-#            weight-push buckets (0-3)
+#   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
+#            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process: step 1 with the engines' cores in-process (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
@@ -138,12 +138,15 @@ stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_ste
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
   # of 16) with a reference that keeps its whole weights on each GPU (--ref_zero_stage 0: no gathers in its
-  # forwards; make_experience) and weight-push buckets of 1 GiB, not 256 MiB (57 -> 15 round trips; sync, whose
-  # parts sync/*_s show). Compare with sbs7b's rlrun of the same loan
+  # forwards; make_experience), the engines' log-probs as the old ones (--old_logprobs rollout: no policy forward
+  # in make_experience; an approximation, verl's bypass mode, so never in the side-by-side), and weight-push
+  # buckets of 1 GiB, not 256 MiB (57 -> 15 round trips; sync, whose parts sync/*_s show). The engines at 0.30
+  # of the card, not 0.45: the shape's KV cache needs ~2.4 GB a GPU, and the whole reference 15 GB more than
+  # its ZeRO-3 shard (sbs7b peaked at 133 of 141 GB). Compare with sbs7b's rlrun of the same loan
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_levers" \
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 \
-    --micro-train 16 --micro-rollout 16 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 420 \
-    --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --sync_bucket_bytes 1073741824"
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.30 --params "$(params $work/m7b)" --deadline 420 \
+    --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --old_logprobs rollout --sync_bucket_bytes 1073741824"
 }
 
 stage_sbs7b_inproc() {  # issue 38 item 2, step 1: as sbs7b's rlrun with --vllm_in_process (each engine's core in its
