@@ -126,14 +126,18 @@ stage_mini() {
 
 stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_step 4; left out of its medians).
   # Micro-batches of 16 for every system (SBS7B_MICRO=4: the first runs' 4 and 8): rlrun's train phase took
-  # 3.66 s at 16 against 9.83 s at 4 (2026-11-27, sbs7b_m16)
+  # 3.66 s at 16 against 9.83 s at 4 (2026-11-27, sbs7b_m16). rlrun with the levers that change no result
+  # (SBS7B_LEVERS= for none): the whole reference on each GPU (--ref_zero_stage 0) and 1 GiB push buckets; 7.19 s
+  # a step with them and --old_logprobs rollout, against 8.81 s without (2026-11-28). Every system's engines at
+  # 0.30 of the card (the shape's KV cache needs ~2.4 GB a GPU; 0.45 before 2026-11-28)
   local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl} micro=${SBS7B_MICRO:-16}
+  local levers=${SBS7B_LEVERS---ref_zero_stage 0 --sync_bucket_bytes 1073741824}
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "$res/sbs7b${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 \
     --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train "$micro" \
     --micro-rollout "$(( micro > 8 ? micro : 8 ))" \
-    --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
-    --rlrun-extra="--profile_step 4"
+    --gpu-util "${SBS7B_GPU_UTIL:-0.30}" --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
+    --target-ratio 0.5 --target-step 8 --rlrun-extra="--profile_step 4 $levers"
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -146,7 +150,7 @@ stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phas
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_levers" \
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 \
     --micro-train 16 --micro-rollout 16 --gpu-util 0.30 --params "$(params $work/m7b)" --deadline 420 \
-    --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --old_logprobs rollout --sync_bucket_bytes 1073741824"
+    --target-step 8 --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --old_logprobs rollout --sync_bucket_bytes 1073741824"
 }
 
 stage_sbs7b_inproc() {  # issue 38 item 2, step 1: as sbs7b's rlrun with --vllm_in_process (each engine's core in its
@@ -169,7 +173,8 @@ stage_sbs05() {
   local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
   CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/side_by_side.py --model $work/m05 \
     --data $work/data.jsonl --out "$res/sbs05${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" \
-    --steps 6 --params "$(params $work/m05)" --deadline 840 --system-deadline 330
+    --steps 6 --params "$(params $work/m05)" --deadline 840 --system-deadline 330 \
+    --target-ratio 0.8 --target-step 6
 }
 
 stage_split7b() {

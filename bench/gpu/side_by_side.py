@@ -424,6 +424,10 @@ def main(argv=None) -> int:
     p.add_argument("--engines", type=int, default=1)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--gpu-util", type=float, default=0.5)
+    p.add_argument("--target-ratio", type=float, default=None,
+                   help="print this target beside rlrun's step / OpenRLHF's (issue 38 at 7B: 0.5)")
+    p.add_argument("--target-step", type=float, default=None,
+                   help="print this target (seconds) beside rlrun's step (issue 38 at 7B: 8)")
     p.add_argument("--micro-train", type=int, default=8)
     p.add_argument("--micro-rollout", type=int, default=None, help="default: --prompts")
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing in both systems")
@@ -447,6 +451,7 @@ def main(argv=None) -> int:
     results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps,
                                "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt,
                                "placement": args.placement, "rlrun_extra": args.rlrun_extra,
+                               "target_ratio": args.target_ratio, "target_step": args.target_step,
                                "params": args.params}}
 
     if "bare" in systems:
@@ -590,11 +595,11 @@ def table(r: dict) -> None:
     if "openrlhf" in r:
         print(f"the one change made to OpenRLHF: {OPENRLHF_CHANGE}")
     if "step" in a and "step" in b:
-        print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x (target <= 0.8)")
+        print(f"rlrun step / OpenRLHF step: {a['step'] / b['step']:.2f}x{_target(sh.get('target_ratio'), 'x')}")
     if "step" in a and "step" in c:
         print(f"rlrun step / verl step: {a['step'] / c['step']:.2f}x")
     if "step" in a:
-        print(f"rlrun colocated step: {a['step']:.2f} s (target <= 6)")
+        print(f"rlrun {sh.get('placement', 'colocated')} step: {a['step']:.2f} s{_target(sh.get('target_step'), ' s')}")
     if "generate" in a and "seconds" in bare:
         print(f"rlrun generate / bare LLM.generate ({bare['seconds']:.2f} s, {bare['tok_s']:,.0f} tok/s): "
               f"{a['generate'] / bare['seconds']:.2f}x (target <= 1.25)")
@@ -614,6 +619,11 @@ def table(r: dict) -> None:
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "
               f"{rest:.2f}) = {max(gen, rest):.2f} s: {a['step'] / max(gen, rest, 1e-9):.2f}x (target <= 1.1)")
+
+
+def _target(value: float | None, unit: str) -> str:
+    """' (target <= 0.5x)' where the run was given a target (--target-ratio, --target-step), else nothing."""
+    return f" (target <= {value:g}{unit})" if value is not None else ""
 
 
 if __name__ == "__main__":

@@ -223,6 +223,12 @@ def test_the_table_sets_verl_beside_the_others(capsys):
     assert "rlrun step / OpenRLHF step: 0.20x" in out and "rlrun step / verl step: 0.25x" in out
     assert "the one change made to OpenRLHF: openrlhf_shim/sitecustomize.py in its processes only" in out
     assert "train (OpenRLHF: ppo_train; verl: update_actor)" in out and "verl 2" in out
+    assert "target" not in out  # no target given, none printed (issue 13's 0.8x and 6 s were printed at every size)
+    r["shape"].update(target_ratio=0.5, target_step=8)
+    sbs.table(r)
+    out = capsys.readouterr().out
+    assert "rlrun step / OpenRLHF step: 0.20x (target <= 0.5x)" in out
+    assert "rlrun colocated step: 3.00 s (target <= 8 s)" in out
 
 
 def test_each_system_gets_at_most_its_own_share_of_the_deadline(tmp_path, monkeypatch):
