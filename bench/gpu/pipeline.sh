@@ -22,7 +22,7 @@
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
 #   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
 #            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
-#   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process: step 1 with the engines' cores in-process (0-3)
+#   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
 #            verl, 6 steps (SBS_SYSTEMS as above)
@@ -153,12 +153,14 @@ stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phas
     --target-step 8 --rlrun-extra="--profile_step 4 --ref_zero_stage 0 --old_logprobs rollout --sync_bucket_bytes 1073741824"
 }
 
-stage_sbs7b_inproc() {  # issue 38 item 2, step 1: as sbs7b's rlrun with --vllm_in_process (each engine's core in its
-  # actor's process: one process start and vLLM import less of the ~57 s an engine spent starting processes)
+stage_sbs7b_inproc() {  # issue 38 item 2, step 1 (<= 60 s cold): as sbs7b's rlrun (its exact levers) with the
+  # engines starting while the models load (--vllm_start_with_models: they waited for the models' 86 s) and each
+  # engine's core in its actor's process (--vllm_in_process: one process start and vLLM import less of the ~57 s
+  # an engine spent starting processes). Run it before any other 7B stage for a cold compile cache
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_inproc" \
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 2 \
-    --micro-train 16 --micro-rollout 16 --gpu-util 0.45 --params "$(params $work/m7b)" --deadline 360 \
-    --rlrun-extra="--vllm_in_process"
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.30 --params "$(params $work/m7b)" --deadline 360 \
+    --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824"
 }
 
 stage_sbs7b_m16() {  # issue 38 item 2, one lever: rlrun alone at the sbs7b shape with micro-batches of 16 (4x fewer
