@@ -23,6 +23,7 @@
 #   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
 #            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
+#   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
 #            verl, 6 steps (SBS_SYSTEMS as above)
@@ -186,6 +187,15 @@ stage_split7b() {
     --deadline 300 --rlrun-extra="--sync_bucket_bytes 1073741824"
 }
 
+stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7b's placement (policy and reference
+  # on GPUs 0-1, one engine of TP 2 on 2-3) one step off (--async_train) with truncated IS, 8 steps: the engines'
+  # mismatch, the IS weights (policy/is_weight, is_filtered) and the grad norm by step
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/async7b" \
+    --systems rlrun --placement actor-ref --gpus 2 --engines 1 --tp 2 --grad-ckpt --prompts 32 --n 4 \
+    --new-tokens 512 --steps 8 --micro-train 16 --micro-rollout 16 --gpu-util 0.85 --params "$(params $work/m7b)" \
+    --deadline 400 --rlrun-extra="--async_train --is_correction tis --sync_bucket_bytes 1073741824"
+}
+
 stage_async05() {
   local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
                 --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 260
@@ -286,7 +296,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [async7b]=420
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900)
     # its own session: it outlives the device call that starts it
