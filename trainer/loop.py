@@ -230,8 +230,11 @@ class Trainer:
         raw = torch.tensor(rewards.rewards, dtype=torch.float32)
         norm = self.state.norm
         scores = normalize_reward(raw, norm) if norm is not None else raw
+        seconds = {}
         for name, refs in forwards.items():
-            setattr(exp, name, torch.cat(ray.get(refs)))
+            results = ray.get(refs)
+            setattr(exp, name, torch.cat([out for out, _ in results]))
+            seconds[name] = max(s for _, s in results)
         if cfg.old_logprobs == "rollout":
             exp.old_logprobs = exp.rollout_logprobs
         kl = None
@@ -247,7 +250,10 @@ class Trainer:
                  "advantage/std": masked_mean((exp.advantages - adv_mean) ** 2, exp.action_mask).sqrt().item(),
                  "response_length/mean": lengths.mean().item(),
                  # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
-                 "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel())}
+                 "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel()),
+                 # each model's forward in its slowest rank (make_experience's time is these, run at once,
+                 # plus the transfers and the driver's own work)
+                 **{f"timing/forward/{_FORWARD_NAMES[name]}": s for name, s in seconds.items()}}
         if exp.values is not None:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:
@@ -260,9 +266,9 @@ class Trainer:
 
     @staticmethod
     def _per_rank(group: ActorGroup, method: str, exp: Experience) -> list:
-        """`method` on one shard of the rows per rank (refs; ray.get and concatenate them: row order)."""
+        """`method` on one shard of the rows per rank: refs of (result, seconds in the worker), in row order."""
         parts = shard(exp.input_ids.size(0), group.spec.world_size)
-        return group.async_run_sharded(method, [exp.rows(idx) for idx in parts])
+        return group.async_run_sharded("timed", [exp.rows(idx) for idx in parts], method)
 
     def train(self, exp: Experience) -> dict[str, float]:
         import ray
@@ -352,6 +358,10 @@ class Trainer:
         if close:
             close()
 
+
+
+#: make_experience's forwards by the model that runs them (timing/forward/<model>)
+_FORWARD_NAMES = {"old_logprobs": "policy", "ref_logprobs": "ref", "values": "critic"}
 
 
 def _mean_of(results: list[dict[str, float]]) -> dict[str, float]:

@@ -70,6 +70,12 @@ def loop_flags(work: Path, name: str, placement: str, steps: int, gen_len: int, 
     return flags
 
 
+def _is_phase(key: str) -> bool:
+    """A phase's own timing (timing/generate, ...): not the step's total, nor a part inside a phase
+    (timing/forward/<model>, within make_experience)."""
+    return key.startswith("timing/") and key != "timing/step" and key.count("/") == 1
+
+
 def loop_figures(metrics_path: Path, actor_world: int, n_params: int) -> dict:
     """Per-phase medians over the steps after the first, and train throughput from the loop's own counts."""
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
@@ -79,7 +85,7 @@ def loop_figures(metrics_path: Path, actor_world: int, n_params: int) -> dict:
     out: dict = {"steps": len(rows), "first_step": {k: rows[0][k] for k in rows[0] if k.startswith("timing/")}}
     for key in sorted({k for r in steady for k in r if k.startswith("timing/")}):
         out[key] = statistics.median(r[key] for r in steady)
-    out["step_s"] = statistics.median(sum(v for k, v in r.items() if k.startswith("timing/")) for r in steady)
+    out["step_s"] = statistics.median(sum(v for k, v in r.items() if _is_phase(k)) for r in steady)
     for key in ("tokens/real", "tokens/padded", "response_length/mean", "reward/mean", "kl/mean", "loss/policy"):
         if key in steady[0]:
             out[key] = statistics.median(r[key] for r in steady)

@@ -615,6 +615,11 @@ def table(r: dict) -> None:
         buckets = statistics.median(x.get("sync/buckets", 0) for x in rows[1:] if "sync/buckets" in x)
         print(f"rlrun weight push by part ({buckets:.0f} buckets): "
               + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in parts.items()))
+    forwards = {m: [x[f"timing/forward/{m}"] for x in rows[1:] if f"timing/forward/{m}" in x]
+                for m in ("policy", "ref", "critic")}
+    if any(forwards.values()):  # make_experience's forwards in the workers; the rest is around them
+        print("rlrun make_experience's forwards (slowest rank, at once): "
+              + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in forwards.items() if v))
     if "wait_rollout" in a or any("async/staleness" in x for x in rows):
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "

@@ -178,6 +178,11 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
     assert any(row["kl/mean"] != 0.0 for row in uninterrupted[1:])
     # the gradient that reached the optimizer (ZeRO-3's global norm): 0 would mean nothing was trained
     assert all(row["policy/grad_norm"] > 0 for row in uninterrupted), [r["policy/grad_norm"] for r in uninterrupted]
+    # make_experience's forwards, each model's slowest rank, inside the phase (they run at once)
+    for row in uninterrupted:
+        assert "timing/forward/critic" not in row, row
+        for model in ("policy", "ref"):
+            assert 0 < row[f"timing/forward/{model}"] < row["timing/make_experience"], (model, row)
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):
@@ -266,6 +271,7 @@ def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):
     for r in rows:
         assert 0 < r["rollout/logprob_mismatch"] < 0.5 and r["rollout/logprob_mismatch_max"] > 0, r
         assert "kl/mean" in r and r["loss/policy"] == r["loss/policy"], r
+        assert "timing/forward/policy" not in r and r["timing/forward/ref"] > 0, r  # the forward it saves
 
 
 def test_colocated_vllm_engine_takes_the_weights_in_place(runs, tmp):
@@ -296,7 +302,8 @@ def test_ppo_with_a_critic_learns_values_and_saves_the_critic(runs, tmp):
     rows = runs["ppo"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
-        for key in ("loss/critic", "critic/values", "critic/returns", "loss/policy", "timing/train"):
+        for key in ("loss/critic", "critic/values", "critic/returns", "loss/policy", "timing/train",
+                    "timing/forward/critic", "timing/forward/policy", "timing/forward/ref"):
             assert key in row, key
         assert row["critic/grad_norm"] > 0, row
     # The head starts at V = 0 (zero init); training moves the values towards the returns.
@@ -360,4 +367,4 @@ def test_dynamic_sampling_trains_on_informative_prompts_only(runs):
         # --old_logprobs train --use_kl_loss: one optimizer step per rollout on the train forward's own log-probs
         # (ratio 1: nothing clipped), the KL a loss, and that forward measures the engine's mismatch
         assert r["policy/clip_frac"] == 0.0 and "loss/kl" in r and r["rollout/logprob_mismatch"] >= 0, r
-        assert "kl/mean" not in r, r
+        assert "kl/mean" not in r and "timing/forward/policy" not in r and r["timing/forward/ref"] > 0, r

@@ -271,9 +271,26 @@ def test_the_table_shows_the_weight_push_by_part(capsys):
     med = {"generate": 1.0, "make_experience": 0.5, "train": 1.0, "sync": 1.7, "step": 4.2, "steps_measured": 2}
     parts = {"sync/gather_s": 0.2, "sync/handles_s": 0.1, "sync/load_s": 1.2, "sync/release_s": 0.1,
              "sync/finish_s": 0.05, "sync/buckets": 57, "sync/gib": 14.19}
-    rows = [{"step": 1, **parts, "sync/load_s": 9.0}, {"step": 2, **parts}, {"step": 3, **parts, "sync/load_s": 1.4}]
+    rows = [{"step": 1, **parts, "sync/load_s": 9.0}, {"step": 2, **parts, "timing/forward/ref": 0.4},
+            {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6}]
     r = {"shape": {"prompts": 16, "n": 4, "new_tokens": 256, "steps": 3}, "rlrun": {"median": med, "steps": rows}}
     sbs.table(r)
     out = capsys.readouterr().out
     assert ("rlrun weight push by part (57 buckets): gather 0.200 s, handles 0.100 s, load 1.300 s, "
             "release 0.100 s, finish 0.050 s") in out, out
+    assert "rlrun make_experience's forwards (slowest rank, at once): ref 0.500 s" in out, out
+
+
+def test_run_all_sums_the_phases_not_the_step_or_the_parts_inside_a_phase(tmp_path):
+    """timing/forward/<model> (each model's forward inside make_experience) and timing/step (the step's own
+    clock) are not phases: adding them to the step would count that time twice."""
+    spec = importlib.util.spec_from_file_location("run_all", GPU_BENCH / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    row = {"timing/generate": 2.0, "timing/make_experience": 1.5, "timing/train": 3.0, "timing/sync": 0.5,
+           "timing/forward/policy": 0.6, "timing/forward/ref": 0.5, "timing/step": 7.1}
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(dict(row, step=i)) for i in (1, 2, 3)))
+    figures = run_all.loop_figures(path, actor_world=1, n_params=1)
+    assert figures["step_s"] == pytest.approx(7.0)
+    assert figures["timing/forward/policy"] == pytest.approx(0.6)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,6 +222,15 @@ class DistributedWorker:
         before = torch.cuda.memory_reserved()
         torch.cuda.empty_cache()
         return before - torch.cuda.memory_reserved()
+
+    def timed(self, shard: Any, method: str) -> tuple[Any, float]:
+        """``method(shard)`` on this rank (as ActorGroup.async_run_sharded passes a rank its shard) and the
+        seconds it took here, its device work included where the result is on the host: the loop's
+        ``timing/forward/*``, which tells a phase's time in the workers from the time around them (transfers,
+        the driver's own work)."""
+        t0 = time.perf_counter()
+        out = getattr(self, method)(shard)
+        return out, time.perf_counter() - t0
 
     def profile_begin(self, path: str, trace: bool = False) -> bool:
         """--profile_step: rank 0 starts torch.profiler (trainer.learn.profile) until profile_end; the other
