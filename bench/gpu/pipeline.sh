@@ -157,10 +157,12 @@ stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phas
 stage_sbs7b_inproc() {  # issue 38 item 2, step 1 (<= 60 s cold): as sbs7b's rlrun (its exact levers) with the
   # engines starting while the models load (--vllm_start_with_models: they waited for the models' 86 s) and each
   # engine's core in its actor's process (--vllm_in_process: one process start and vLLM import less of the ~57 s
-  # an engine spent starting processes). Run it before any other 7B stage for a cold compile cache
+  # an engine spent starting processes). Run it before any other 7B stage for a cold compile cache. The engines
+  # at 0.15 of the card (~11 GB of KV cache a GPU for a 2.4 GB need): the sync's last part (finish, 0.21 s at
+  # 0.30) is mostly the KV cache's wake, and the sleep frees it; both should shrink with it
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_inproc" \
-    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 2 \
-    --micro-train 16 --micro-rollout 16 --gpu-util 0.30 --params "$(params $work/m7b)" --deadline 360 \
+    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 3 \
+    --micro-train 16 --micro-rollout 16 --gpu-util 0.15 --params "$(params $work/m7b)" --deadline 360 \
     --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824"
 }
 
