@@ -301,8 +301,8 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             mb = self._to_device(mb)
             mask = mb["action_mask"]
             logp = self._action_logprobs(mb["input_ids"], mb["attention_mask"], mask.size(1))
-            if measure_mismatch and "rollout_logprobs" in mb:
-                pairs.append((logp.detach().float().cpu(), mb["rollout_logprobs"].cpu(), mask.cpu()))
+            if measure_mismatch and "rollout_logprobs" in mb:  # kept on the device: no sync between micro-batches
+                pairs.append((logp.detach().float(), mb["rollout_logprobs"], mask))
             total, metrics = policy_objective(logp, mb.get("old_logprobs"), mb["advantages"], mask,
                                               mb.get("ref_logprobs"), objective, mb.get("rollout_logprobs"))
             self.engine.backward(total)
