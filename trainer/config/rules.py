@@ -113,6 +113,14 @@ def _world_text(c: Config, role: str) -> str:
     )
 
 
+def _steps_per_rollout(c: Config) -> int:
+    """Optimizer steps on one rollout's samples (train_steps_per_rollout); 0 where the batch sizes are not
+    positive (their own rules say so)."""
+    if c.train_batch_size <= 0:
+        return 0
+    return c.rollout_batch_size * c.n_samples_per_prompt // c.train_batch_size * c.max_epochs
+
+
 def derive(c: Config) -> dict[str, Any]:
     """The derived sizes of a valid config (see the ``derived`` fields of ``TrainerConfig``)."""
     needs_critic = has_critic(c)
@@ -122,7 +130,7 @@ def derive(c: Config) -> dict[str, Any]:
     critic = _world(c, "critic") if needs_critic else 0
     vllm = (c.vllm_num_engines or 0) * c.vllm_tensor_parallel_size if c.rollout_backend == "vllm" else 0
     samples = c.rollout_batch_size * c.n_samples_per_prompt
-    steps_per_rollout = samples // c.train_batch_size * c.max_epochs
+    steps_per_rollout = _steps_per_rollout(c)
     rollouts = c.rollouts_per_episode(c.max_samples)
     run_rollouts = c.total_rollouts(c.max_samples)
     low, high = c.eps_clip_low_high or (c.eps_clip, c.eps_clip)
@@ -493,7 +501,7 @@ def _is_correction_needs_rollout_logprobs(c: Config) -> Iterator[str]:
 def _old_logprobs_source(c: Config) -> Iterator[str]:
     if c.old_logprobs == "train":
         samples = c.rollout_batch_size * c.n_samples_per_prompt
-        steps = samples // c.train_batch_size * c.max_epochs if c.train_batch_size > 0 else 0
+        steps = _steps_per_rollout(c)
         if steps != 1:
             yield (f"--old_logprobs train with {steps} optimizer steps per rollout (--rollout_batch_size "
                    f"{c.rollout_batch_size} x --n_samples_per_prompt {c.n_samples_per_prompt} / --train_batch_size "
