@@ -388,10 +388,15 @@ def verl_steps(log: Path, jsonl: Path | None = None) -> list[dict]:
     return rows
 
 
+def steady(rows: list[dict]) -> list[dict]:
+    """The steps every median is taken over: those after the first (step 1 compiles, warms up), a profiled one
+    left out (``profiled``: rlrun's --profile_step)."""
+    return [r for r in rows[1:] if not r.get("profiled")] or [r for r in rows if not r.get("profiled")] or rows
+
+
 def medians(rows: list[dict]) -> dict:
-    """Each phase's median over the steps after the first (step 1 compiles, warms up), a profiled step left
-    out (``profiled``: rlrun's --profile_step)."""
-    later = [r for r in rows[1:] if not r.get("profiled")] or [r for r in rows if not r.get("profiled")] or rows
+    """Each phase's median over the :func:`steady` steps."""
+    later = steady(rows)
     if not later:
         return {}
     out = {p: statistics.median(r["phases"][p] for r in later) for p in later[0]["phases"]}
@@ -581,7 +586,8 @@ def table(r: dict) -> None:
         if got.get("error"):
             print(f"{name}: {got['error']}")
     rows = r.get("rlrun", {}).get("steps", [])
-    tokens = statistics.median(x.get("tokens/real", 0.0) for x in rows[1:]) if len(rows) > 1 else 0.0
+    later = steady(rows)  # the steps the medians above are of
+    tokens = statistics.median(x.get("tokens/real", 0.0) for x in later) if len(rows) > 1 else 0.0
     norms = [x["policy/grad_norm"] for x in rows if "policy/grad_norm" in x]
     if norms:  # a step is only a train step if a gradient reached the optimizer (the 2026-11-24 0.5B step did not)
         print(f"rlrun policy gradient norm by step: {', '.join(f'{n:.3g}' for n in norms)}"
@@ -605,17 +611,17 @@ def table(r: dict) -> None:
               f"{a['generate'] / bare['seconds']:.2f}x (target <= 1.25)")
     if "sync" in a:
         print(f"rlrun {sh.get('placement', 'colocated')} sync: {a['sync']:.3f} s")
-    gib = [x.get("sync/gib", 0.0) for x in rows[1:]]
+    gib = [x.get("sync/gib", 0.0) for x in later]
     if "sync" in a and gib and a["sync"] > 0:
         print(f"rlrun weight push, gather included: {statistics.median(gib) * 2**30 / a['sync'] / 1e9:.1f} GB/s "
               f"({statistics.median(gib):.2f} GiB in {a['sync']:.3f} s)")
-    parts = {p: [x[f"sync/{p}_s"] for x in rows[1:] if f"sync/{p}_s" in x]
+    parts = {p: [x[f"sync/{p}_s"] for x in later if f"sync/{p}_s" in x]
              for p in ("gather", "handles", "load", "release", "finish")}
     if all(parts.values()):  # the shared (colocated) push, by part, on policy rank 0
-        buckets = statistics.median(x.get("sync/buckets", 0) for x in rows[1:] if "sync/buckets" in x)
+        buckets = statistics.median(x.get("sync/buckets", 0) for x in later if "sync/buckets" in x)
         print(f"rlrun weight push by part ({buckets:.0f} buckets): "
               + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in parts.items()))
-    forwards = {m: [x[f"timing/forward/{m}"] for x in rows[1:] if f"timing/forward/{m}" in x]
+    forwards = {m: [x[f"timing/forward/{m}"] for x in later if f"timing/forward/{m}" in x]
                 for m in ("policy", "ref", "critic")}
     if any(forwards.values()):  # make_experience's forwards in the workers; the rest is around them
         print("rlrun make_experience's forwards (slowest rank, at once): "
