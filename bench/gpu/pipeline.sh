@@ -23,6 +23,7 @@
 #   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
 #            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
+#   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
@@ -198,6 +199,32 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
     --deadline 400 --rlrun-extra="--async_train --is_correction tis --sync_bucket_bytes 1073741824"
 }
 
+stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
+  # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
+  # timing/forward/*), then --old_logprobs train with a KL loss and the engine's core in-process. Eager engines
+  local m=$work/tiny rc=0
+  [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
+  python3 -m trainer.tiny dataset $work/tiny.jsonl --n 16 --kind copy >/dev/null || return 1
+  local base=(--pretrain $m --prompt_data $work/tiny.jsonl --input_key message --label_key answer
+              --apply_chat_template --reward_fn tests.integration.loop_rewards:has_one --rollout_backend vllm
+              --vllm_num_engines 1 --vllm_tensor_parallel_size 1 --colocate_all_models --vllm_enable_sleep
+              --vllm_gpu_memory_utilization 0.3 --enforce_eager --actor_num_nodes 1 --actor_num_gpus_per_node 1
+              --ref_num_nodes 1 --ref_num_gpus_per_node 1 --advantage_estimator rloo --n_samples_per_prompt 4
+              --rollout_batch_size 4 --micro_rollout_batch_size 4 --micro_train_batch_size 4 --generate_max_len 16
+              --prompt_max_len 64 --max_samples 12 --num_episodes 1 --zero_stage 3 --bf16 --init_kl_coef 0.01)
+  for run in rollout train; do
+    local extra=(--old_logprobs rollout --train_batch_size 8 --profile_step 2 --ref_zero_stage 0
+                 --sync_bucket_bytes 300000)
+    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process)
+    mkdir -p "$res/check1_$run"
+    CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 240 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
+      --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
+    cp $work/check1_$run/metrics.jsonl "$res/check1_$run/" 2>/dev/null
+    tail -3 "$res/check1_$run/job.log"
+  done
+  return $rc
+}
+
 stage_async05() {
   local common=(--model $work/m05 --data $work/data.jsonl --systems rlrun --placement split --gpus 1 --engines 1
                 --tp 1 --prompts 16 --n 4 --new-tokens 256 --steps 10 --gpu-util 0.85 --deadline 260
@@ -298,7 +325,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [async7b]=420
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900)
     # its own session: it outlives the device call that starts it
