@@ -47,6 +47,7 @@
 #            GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
 #   tools    (2 GPUs, TOOLS_GPUS) tiny-search through the trainer with vLLM engines and an evaluation, then with
 #            the HF engine (bench/tool_curve.py): the multi-turn code on GPUs
+#   pre      (x4) inputs, beside check1 on GPU 3
 #   par      (x4) logprob7b on 0-1, then multiturn on 0; beside tools on 2-3, then multiturn at the 0.5B shape with
 #            CUDA graphs up to 2048 tokens on 2
 set -uo pipefail
@@ -305,8 +306,17 @@ stage_par() {  # x4: logprob7b (GPUs 0-1) and then multi-turn at vLLM's default 
   return 0
 }
 
+stage_pre() {  # x4: inputs (the 7B made on GPU 0) beside check1 on GPU 3 (eager engines: the compile cache stays
+  # cold for sbs7b_inproc): two stages' work in the time of one
+  ( stage_inputs >"$res/inputs.log" 2>&1; echo "inputs rc=$?" ) &
+  ( STEP1_GPU=3 stage_check1 >"$res/check1.log" 2>&1; echo "check1 rc=$?" ) &
+  wait
+  grep -h "rc=" "$res"/pre.log 2>/dev/null | grep -qv "rc=0" && return 1
+  return 0
+}
+
 run_stage() {  # run_stage NAME SECONDS: the stage within its deadline, its exit code and seconds in $status
-  [ "$1" != inputs ] && [ "$1" != selftest ] && bash -c "source '$root/bench/gpu/pipeline.sh' --lib; gpu_free"
+  [ "$1" != inputs ] && [ "$1" != pre ] && [ "$1" != selftest ] && bash -c "source '$root/bench/gpu/pipeline.sh' --lib; gpu_free"
   local name=$1 limit=$2 t0 rc
   t0=$(date +%s)
   echo "$name start $(date +%T)" >>"$status"
@@ -327,7 +337,7 @@ case ${1:-} in
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
-                       [tools]=600 [par]=900)
+                       [tools]=600 [par]=900 [pre]=520)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \
