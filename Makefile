@@ -14,7 +14,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 # that site.yml starts from them included, write the venv's bytecode.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv dev demo up down status test check system-deps lint unit pytest molecule clean lane-1 lane-2 lane-3 \
+.PHONY: venv dev demo up down status test check system-deps lint unit pytest molecule clean lane-1 lane-2 \
 	pytest-clusters pytest-rest molecule-cluster molecule-roles
 
 # The venv in two steps: what the demo runs (the stack and rlrun, extra cpu), then the developer tools
@@ -51,21 +51,20 @@ status: venv
 
 # System packages first (scripts/system-deps.sh installs what is missing as
 # root, else stops at once with the install line), so no scenario is skipped.
-# Then three lanes side by side (scripts/lanes.sh; each line prefixed with its lane's name):
-#   lane-1   pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories)
-#   lane-2   pytest-rest (trainer, services, firewall lab, validation)
-#   lane-3   the unit tests (two processes), lint, the molecule scenarios: default + multinode, then one per role
-# They share no cluster, port, address range or state directory. The suite kept 2 cores 41 % busy in two lanes
-# (2026-11-28: 21.3 min of CPU in 26 min): lanes 1 and 3 spend much of their time waiting on processes they
-# started (Ray, sshd, Ansible's connections), so a third lane shortens the run by the time of its own work
-# (the unit tests, lint and the scenarios: ~10 of those 26 minutes). Within a lane a failure does not hide the
-# lane's later steps (make -k); any failure fails the run.
-test: system-deps dev
-	scripts/lanes.sh lane-1 lane-2 lane-3
+# Then the unit tests alone, in two processes (pytest-xdist: they keep both cores busy, ~80 s), then two lanes
+# side by side (scripts/lanes.sh; each line prefixed with its lane's name):
+#   lane-1   lint, pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories), molecule
+#            default + multinode
+#   lane-2   pytest-rest (trainer, services, firewall lab, validation), the role scenarios
+# They share no cluster, port, address range or state directory, and lane-1 spends much of its time waiting on
+# processes it started (Ray, sshd, Ansible's connections) while lane-2's trainer runs keep a core busy, so on
+# 2 cores they end well before the two one after the other. Within a lane a failure does not hide the lane's
+# later steps (make -k); any failure fails the run.
+test: system-deps dev unit
+	scripts/lanes.sh lane-1 lane-2
 
-lane-1: pytest-clusters
-lane-2: pytest-rest
-lane-3: unit lint molecule-cluster molecule-roles
+lane-1: lint pytest-clusters molecule-cluster
+lane-2: pytest-rest molecule-roles
 
 system-deps:
 	scripts/system-deps.sh
