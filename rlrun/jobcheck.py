@@ -164,6 +164,11 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
     need_gpu = sum(r.count * r.gpu for r in reqs)
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)
     report.lines.append(f"cluster: {view.describe()}")
+    if not gpus:  # the ranks would stop at start-up (trainer.learn.model_worker): say so before any is placed
+        for flag in ("flash_attn", "use_liger_kernel"):
+            if getattr(cfg, flag):
+                report.problems.append(f"--{flag} needs CUDA GPUs and the cluster has none ({view.describe()}): "
+                                       f"drop it (--set {flag}=false) or run on GPU nodes")
     totals_ok = True
     if gpus:
         report.lines.append(f"GPUs: {_gpu_arithmetic(cfg)}; needs {need_gpu:g}, the cluster has {view.gpus:g}")

@@ -81,7 +81,8 @@ class Trainer:
         if self.engines is None and cfg.vllm_start_with_models and self.plan.use_gpus:  # KV cache sized up front
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
-                          flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
+                          flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
+                          use_liger_kernel=cfg.use_liger_kernel)
         self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
                         grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
                         adam_offload=cfg.adam_offload, adam_offload_ratio=cfg.adam_offload_ratio,
@@ -96,7 +97,8 @@ class Trainer:
                             learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
                             adam_offload_ratio=cfg.adam_offload_ratio,
                             gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
-                            seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples)
+                            seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
+                            use_liger_kernel=cfg.use_liger_kernel)
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
@@ -220,6 +222,7 @@ class Trainer:
         # The models' forwards run at once (own processes, possibly one GPU). --old_logprobs train / rollout: no
         # policy forward (the train step's own log-probs, or the engines', are the old ones)
         forwards = {}
+        called = time.time()
         if cfg.old_logprobs == "policy":
             forwards["old_logprobs"] = self._per_rank(self.policy, "batch_logprobs", exp)
         if self.ref is not None:
@@ -230,11 +233,12 @@ class Trainer:
         raw = torch.tensor(rewards.rewards, dtype=torch.float32)
         norm = self.state.norm
         scores = normalize_reward(raw, norm) if norm is not None else raw
-        seconds = {}
+        seconds, waits = {}, {}
         for name, refs in forwards.items():
             results = ray.get(refs)
-            setattr(exp, name, torch.cat([out for out, _ in results]))
-            seconds[name] = max(s for _, s in results)
+            setattr(exp, name, torch.cat([out for out, _, _ in results]))
+            seconds[name] = max(s for _, s, _ in results)
+            waits[name] = max(started for _, _, started in results) - called
         if cfg.old_logprobs == "rollout":
             exp.old_logprobs = exp.rollout_logprobs
         kl = None
@@ -252,8 +256,10 @@ class Trainer:
                  # what train() feeds the policy per epoch: real tokens, and with padding (throughput, MFU)
                  "tokens/real": float(exp.attention_mask.sum()), "tokens/padded": float(exp.input_ids.numel()),
                  # each model's forward in its slowest rank (make_experience's time is these, run at once,
-                 # plus the transfers and the driver's own work)
-                 **{f"timing/forward/{_FORWARD_NAMES[name]}": s for name, s in seconds.items()}}
+                 # plus the transfers and the driver's own work), and how long after the driver's call its last
+                 # rank started it (a rank still busy with earlier work; host clocks: across nodes their offset)
+                 **{f"timing/forward/{_FORWARD_NAMES[name]}": s for name, s in seconds.items()},
+                 **{f"timing/forward_wait/{_FORWARD_NAMES[name]}": s for name, s in waits.items()}}
         if exp.values is not None:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:

@@ -183,6 +183,9 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
         assert "timing/forward/critic" not in row, row
         for model in ("policy", "ref"):
             assert 0 < row[f"timing/forward/{model}"] < row["timing/make_experience"], (model, row)
+            # started after the driver's call, and it and the forward fit in the phase (one host's clock)
+            wait = row[f"timing/forward_wait/{model}"]
+            assert wait >= 0 and wait + row[f"timing/forward/{model}"] < row["timing/make_experience"], (model, row)
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):

@@ -124,6 +124,21 @@ def test_flash_attn_is_refused_clearly_without_cuda_and_sdpa_is_the_default():
         attn_implementation(True)
 
 
+def test_liger_kernels_are_refused_clearly_without_cuda_and_off_by_default():
+    import pytest
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.learn.model_worker import liger_kernels
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    norm = type(model.model.norm)
+    assert liger_kernels(model, False) is False
+    with pytest.raises(RuntimeError, match="--use_liger_kernel needs CUDA GPUs .* this node has none"):
+        liger_kernels(model, True)
+    assert type(model.model.norm) is norm and "forward" not in vars(model.model.norm)  # nothing half-changed
+
+
 def test_zero3_has_no_module_granularity_setting_unless_asked():
     """ZeRO-3 fetches and reduces per module, as DeepSpeed does by default, on CUDA and CPU alike: the module
     granularity setting that was on for CUDA made small models one leaf module whose gradients were never

@@ -132,6 +132,16 @@ def test_cpu_cluster_counts_a_quarter_cpu_per_rank_and_engine():
         "(TP 1) 1 of 1: 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
 
 
+@pytest.mark.parametrize("flag", ["use_liger_kernel", "flash_attn"])
+def test_a_gpu_kernel_flag_on_a_cpu_cluster_is_refused_before_submit(flag):
+    cfg, gpus = job("tiny-rloo", f"{flag}=true")
+    report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
+    assert report.problems == [f"--{flag} needs CUDA GPUs and the cluster has none (1 node (127.0.0.2 (head): "
+                               f"0 GPUs 2 CPUs)): drop it (--set {flag}=false) or run on GPU nodes"]
+    # on GPUs the flag is the nodes' business (the package), not the placement's
+    assert check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=True).ok
+
+
 def test_a_cpu_preset_on_a_gpu_cluster_is_placed_on_gpus_as_the_trainer_does():
     cfg, gpus = job("tiny-rloo")
     report = check(cfg, healthy((NodeView("10.0.0.5", 4, 2, True),)), expects_gpus=gpus)

@@ -83,7 +83,8 @@ def test_verl_gets_its_own_folder_first_and_a_file_logger(tmp_path):
 
 def _args(**kw):
     base = dict(prompts=16, n=4, steps=6, new_tokens=256, model="/m", grad_ckpt=False, micro_train=8,
-                micro_rollout=16, gpu_util=0.5, tp=1, gpus=1, verl_extra=[])
+                micro_rollout=16, gpu_util=0.5, tp=1, gpus=1, verl_extra=[], liger=False, data="/d.jsonl",
+                engines=1, placement="colocated", rlrun_extra=[])
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -128,6 +129,20 @@ def test_verl_command_follows_the_flags_and_takes_extra_overrides(tmp_path):
     assert o["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == "8"
     assert o["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == "8"
     assert o["data.train_batch_size"] == "32" and cmd[-1] == "trainer.use_v1=false"
+
+
+def test_liger_reaches_every_system_by_its_own_flag_or_none(tmp_path):
+    """--liger: the same lever in each system (rlrun's trainer checks its flag: test_config, test_jobcheck)."""
+    from trainer.config.cli import parse_args
+
+    for liger in (False, True):
+        args = _args(liger=liger)
+        rlrun = sbs.rlrun_command(args, tmp_path)
+        assert ("--use_liger_kernel" in rlrun) is liger
+        assert parse_args(rlrun[3:]).use_liger_kernel is liger  # the trainer takes the command as written
+        assert ("--ds.use_liger_kernel" in sbs.openrlhf_command(args, tmp_path)) is liger
+        verl = _overrides(sbs.verl_command(args, tmp_path, tmp_path / "t.parquet"))
+        assert verl["actor_rollout_ref.model.use_liger"] == str(liger).lower()
 
 
 CONSOLE = """\
@@ -271,16 +286,19 @@ def test_the_table_shows_the_weight_push_by_part(capsys):
     med = {"generate": 1.0, "make_experience": 0.5, "train": 1.0, "sync": 1.7, "step": 4.2, "steps_measured": 2}
     parts = {"sync/gather_s": 0.2, "sync/handles_s": 0.1, "sync/load_s": 1.2, "sync/release_s": 0.1,
              "sync/finish_s": 0.05, "sync/buckets": 57, "sync/gib": 14.19}
-    rows = [{"step": 1, **parts, "sync/load_s": 9.0}, {"step": 2, **parts, "timing/forward/ref": 0.4},
-            {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6},
+    rows = [{"step": 1, **parts, "sync/load_s": 9.0},
+            {"step": 2, **parts, "timing/forward/ref": 0.4, "timing/forward_wait/ref": 0.01},
+            {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6, "timing/forward_wait/ref": 0.03},
             # the profiled step (slower under torch.profiler) is left out, as from the phases' medians
-            {"step": 4, **parts, "sync/load_s": 50.0, "timing/forward/ref": 9.0, "profiled": True}]
+            {"step": 4, **parts, "sync/load_s": 50.0, "timing/forward/ref": 9.0, "timing/forward_wait/ref": 5.0,
+             "profiled": True}]
     r = {"shape": {"prompts": 16, "n": 4, "new_tokens": 256, "steps": 3}, "rlrun": {"median": med, "steps": rows}}
     sbs.table(r)
     out = capsys.readouterr().out
     assert ("rlrun weight push by part (57 buckets): gather 0.200 s, handles 0.100 s, load 1.300 s, "
             "release 0.100 s, finish 0.050 s") in out, out
     assert "rlrun make_experience's forwards (slowest rank, at once): ref 0.500 s" in out, out
+    assert "rlrun make_experience's forwards started after (last rank): ref 0.020 s" in out, out
 
 
 def test_run_all_sums_the_phases_not_the_step_or_the_parts_inside_a_phase(tmp_path):
@@ -290,7 +308,8 @@ def test_run_all_sums_the_phases_not_the_step_or_the_parts_inside_a_phase(tmp_pa
     run_all = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run_all)
     row = {"timing/generate": 2.0, "timing/make_experience": 1.5, "timing/train": 3.0, "timing/sync": 0.5,
-           "timing/forward/policy": 0.6, "timing/forward/ref": 0.5, "timing/step": 7.1}
+           "timing/forward/policy": 0.6, "timing/forward/ref": 0.5, "timing/forward_wait/ref": 0.2,
+           "timing/step": 7.1}
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(dict(row, step=i)) for i in (1, 2, 3)))
     figures = run_all.loop_figures(path, actor_world=1, n_params=1)

@@ -143,7 +143,10 @@ FLAGS: dict[str, OpenRLHFFlag] = {
                  "partitions at load); where weights are first materialised is not selectable", nargs=0),
         _differs("flash_attn", "needs CUDA and the flash-attn package on the nodes, else the job stops at "
                  "start-up; without it attention is PyTorch SDPA"),
-        _refused("use_liger_kernel", "Liger kernels are not used", nargs=0),
+        _differs("use_liger_kernel", "Liger's RMSNorm, rotary and SwiGLU kernels in the policy, reference and "
+                 "critic, not its fused linear cross-entropy (OpenRLHF loads the model with "
+                 "AutoLigerKernelForCausalLM); needs CUDA and liger-kernel on the nodes, else the job stops at "
+                 "start-up"),
         _refused("grad_accum_dtype", "gradients accumulate in the training dtype"),
         _refused("overlap_comm", "DeepSpeed's overlap_comm is left at its default", nargs=0),
         _refused("gradient_checkpointing_use_reentrant", "gradient checkpointing is always non-reentrant",

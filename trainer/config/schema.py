@@ -462,6 +462,11 @@ class TrainerConfig:
         "(preset 32b-rloo-1node).", group=S, gt=0, le=1,
     )  # fmt: skip
     flash_attn: bool = flag(False, "Use FlashAttention-2 in the trained models.", group=S)
+    use_liger_kernel: bool = flag(
+        False, "Liger's fused Triton kernels (RMSNorm, rotary embedding, SwiGLU) in the policy, reference and "
+        "critic: the element-wise part of every forward and backward. GPU nodes with liger-kernel (the stack's "
+        "extra gpu); the log-probs and losses are computed as without it.", group=S
+    )
     gradient_checkpointing: bool = flag(False, "Enable gradient (activation) checkpointing.", group=S)
     packing_samples: bool = flag(
         False, "Pack each micro-batch's sequences into fewer rows without padding (block-diagonal attention, "

@@ -21,6 +21,7 @@ from trainer.learn.model_worker import (
     ds_config,
     fp32_rope,
     grad_norm,
+    liger_kernels,
     to_device,
 )
 from trainer.learn.packing import pack, unpack
@@ -57,7 +58,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
                    grad_accum: int = 1, learning_rate: float = 9e-6, adam_offload: bool = False,
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, flash_attn: bool = False, packing_samples: bool = False,
-                   adam_offload_ratio: float = 1.0) -> int:
+                   adam_offload_ratio: float = 1.0, use_liger_kernel: bool = False) -> int:
         import deepspeed
         from transformers import AutoConfig, AutoModel
         from transformers.integrations import HfDeepSpeedConfig
@@ -71,6 +72,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
         backbone = AutoModel.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
+        liger_kernels(backbone, use_liger_kernel)
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = ValueModel(backbone, hidden)

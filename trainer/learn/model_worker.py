@@ -39,6 +39,36 @@ def attn_implementation(flash_attn: bool) -> str:
     return "flash_attention_2"
 
 
+#: The version of liger-kernel the GPU nodes install (pyproject's extra ``gpu``) and the error names.
+LIGER_PIN = "liger-kernel==0.8.5"
+
+
+def liger_kernels(model: Any, enabled: bool) -> bool:
+    """--use_liger_kernel: Liger's fused Triton kernels for RMSNorm, rotary embedding and SwiGLU in place of the
+    loaded model's own modules (the element-wise part of every forward and backward: casts, ``cat``, SiLU times
+    the gate). The weights, and their ZeRO-3 partitions, stay as they are, and so do the log-probs and losses:
+    Liger's fused linear cross-entropy, which returns a loss instead of per-token log-probs, is not used. The
+    rotary function is replaced for the process (Liger patches the model's module). True where applied."""
+    if not enabled:
+        return False
+    if not torch.cuda.is_available():
+        raise RuntimeError("--use_liger_kernel needs CUDA GPUs (Liger's kernels are Triton's); this node has none: "
+                           "drop the flag")
+    try:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError:
+        raise RuntimeError(f"--use_liger_kernel needs the liger-kernel package on the GPU nodes ({LIGER_PIN}, "
+                           "in the stack's extra gpu), or drop the flag") from None
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        raise RuntimeError(f"--use_liger_kernel: Liger has no kernels for model type {model_type!r} (it has them "
+                           f"for {', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))}); drop the flag")
+    _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False)
+    return True
+
+
 #: ZeRO-3 keeps parameters up to this many elements whole on every rank (biases, norms) instead of gathering
 #: them at every module: fewer hooks per forward/backward. Weight sync reads them from their partitions
 #: like the others (tests/integration/test_sync_zero3.py covers both kinds).
@@ -218,7 +248,8 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, temperature: float = 1.0, flash_attn: bool = False,
                    packing_samples: bool = False, persistence_threshold: int | None = None,
-                   granularity_threshold: int | None = None, adam_offload_ratio: float = 1.0) -> int:
+                   granularity_threshold: int | None = None, adam_offload_ratio: float = 1.0,
+                   use_liger_kernel: bool = False) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
         packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.learn.packing)."""
         import deepspeed
@@ -236,6 +267,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
+        liger_kernels(model, use_liger_kernel)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         check_granularity(model, self.config)
