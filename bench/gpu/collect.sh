@@ -8,6 +8,7 @@
 #           not have and which cannot travel), trimmed: no FlashAttention-2 kernel (Hopper runs FA3), no
 #           vllm-rs binary, no deep_gemm builds for other Pythons, no CUTLASS headers (JIT for kernels a
 #           bf16 dense model does not use): 304 MB wheel -> ~115 MB xz; plus its run-time imports
+#   liger/  liger-kernel 0.8.5 (pure Python; Triton comes with the image's torch), for --use_liger_kernel
 #   openrlhf/  OpenRLHF 0.11.2 unmodified (pure Python) and its imports, for the side-by-side runs
 #   verl/   verl 0.9.1 unmodified (pure Python) and what its main_ppo, its vLLM HTTP server and Hydra import
 #           beyond the rest, for the side-by-side's optional third system (side_by_side.py --systems ...,verl)
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=$(realpath -m "${1:-.gpu-pkg}")
-mkdir -p "$dir/vllm" "$dir/openrlhf" "$dir/verl/only"
+mkdir -p "$dir/vllm" "$dir/liger" "$dir/openrlhf" "$dir/verl/only"
 plat=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_27_x86_64)
 pipdl() { python3 -m pip download -q --no-deps --only-binary=:all: "${plat[@]}" "$@"; }
@@ -42,6 +43,8 @@ pipdl -d "$dir/vllm" fastapi==0.136.3 starlette==1.10.0 openai==2.54.0 distro==1
   sniffio==1.3.1 openai-harmony==0.0.8 msgspec==0.22.0 pyzmq==27.3.0 cbor2==6.3.0 pybase64==1.5.1 \
   cachetools==8.0.1 partial-json-parser==0.2.1.1.post7 llguidance==1.7.6 xgrammar==0.2.7 \
   apache-tvm-ffi==0.1.10 blake3==1.0.11 setproctitle==1.3.8 ijson==3.6.0
+# Liger's kernels (the version pyproject's extra gpu pins): every system's --liger in side_by_side.py
+pipdl -d "$dir/liger" liger-kernel==0.8.5
 # OpenRLHF 0.11.2 (pure Python; the wheel is tagged cp311, so its package dir is repacked as is) and the
 # imports its train_ppo_ray needs beyond vLLM's and Ray's.
 if [ ! -f "$dir/openrlhf/openrlhf.tar.xz" ]; then
@@ -111,6 +114,11 @@ for exe in ansible-playbook ansible-galaxy; do  # the miniature stage runs site.
 done
 PYTHONPATH=$site python3 -c "import vllm, ray, deepspeed, openrlhf, pylatexenc, datasets, flask" ||
   { echo "install.sh: a carried package does not import (above)" >&2; exit 1; }
+if [ -d "$here/liger" ]; then  # optional (--use_liger_kernel): a failure here is reported only
+  pipi "$here"/liger/*.whl
+  PYTHONPATH=$site python3 -c "from liger_kernel.transformers import _apply_liger_kernel_to_instance" ||
+    echo "install.sh: liger-kernel does not import (above): --use_liger_kernel and side_by_side.py --liger will fail" >&2
+fi
 if [ -d "$here/verl" ]; then  # optional (the side-by-side's third system): a failure here is reported only
   tar -xJf "$here/verl/verl.tar.xz" -C "$site"
   pipi "$here"/verl/*.whl
@@ -124,4 +132,4 @@ fi
 touch "$site/.installed"  # bench/gpu/miniature/run.sh and device.sh skip their own install with it
 EOF
 chmod +x "$dir/install.sh"
-du -sh "$dir" "$dir"/vllm "$dir"/openrlhf "$dir"/verl
+du -sh "$dir" "$dir"/vllm "$dir"/liger "$dir"/openrlhf "$dir"/verl

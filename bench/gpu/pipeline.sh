@@ -22,6 +22,7 @@
 #            each system gets 400 s at most, so one that fails or hangs leaves the others' figures
 #   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
 #            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
+#   sbs7b_liger as sbs7b with Liger's kernels in every system (--liger) and engines at 0.15 of the card (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -136,11 +137,18 @@ stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_ste
   local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl} micro=${SBS7B_MICRO:-16}
   local levers=${SBS7B_LEVERS---ref_zero_stage 0 --sync_bucket_bytes 1073741824}
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
-    --out "$res/sbs7b${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 \
+    --out "$res/${SBS7B_OUT:-sbs7b}${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 ${SBS7B_MORE:-} \
     --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train "$micro" \
     --micro-rollout "$(( micro > 8 ? micro : 8 ))" \
     --gpu-util "${SBS7B_GPU_UTIL:-0.30}" --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
     --target-ratio 0.5 --target-step 8 --rlrun-extra="--profile_step 4 $levers"
+}
+
+stage_sbs7b_liger() {  # issue 38 items 2-3: as sbs7b (rlrun's exact levers, OpenRLHF beside it), with Liger's fused
+  # kernels in every system (--liger: rlrun --use_liger_kernel, OpenRLHF --ds.use_liger_kernel; the element-wise
+  # kernels were 0.34 of the reference forward's 1.10 s of device time, 2026-11-28) and every system's engines at
+  # 0.15 of the card (the KV cache's wake and the sleep halve: sync 0.453 s, sleep 0.11 s in sbs7b_inproc)
+  SBS7B_GPU_UTIL=${SBS7B_GPU_UTIL:-0.15} SBS7B_OUT=sbs7b_liger SBS7B_MORE=--liger stage_sbs7b
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -202,7 +210,8 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
 
 stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
   # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
-  # timing/forward/*), then --old_logprobs train with a KL loss and the engine's core in-process. Eager engines
+  # timing/forward/*), then --old_logprobs train with a KL loss, the engine's core in-process and Liger's
+  # kernels in the policy and reference (--use_liger_kernel). Eager engines
   local m=$work/tiny rc=0
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
   python3 -m trainer.tiny dataset $work/tiny.jsonl --n 16 --kind copy >/dev/null || return 1
@@ -216,7 +225,8 @@ stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop w
   for run in rollout train; do
     local extra=(--old_logprobs rollout --train_batch_size 8 --profile_step 2 --ref_zero_stage 0
                  --sync_bucket_bytes 300000)
-    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process)
+    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process
+                                --use_liger_kernel)
     mkdir -p "$res/check1_$run"
     CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 240 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
       --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
@@ -335,7 +345,7 @@ case ${1:-} in
     mkdir -p $work $res
     : >"$status"
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [async7b]=420 [check1]=500
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=520)
     # its own session: it outlives the device call that starts it

@@ -100,6 +100,8 @@ def rlrun_command(args, out: Path) -> list[str]:
            "--save_path", str(out), "--logging_steps", "1"]
     if args.grad_ckpt:
         cmd.append("--gradient_checkpointing")
+    if args.liger:
+        cmd.append("--use_liger_kernel")
     return cmd + list(args.rlrun_extra)
 
 
@@ -149,6 +151,8 @@ def openrlhf_command(args, out: Path) -> list[str]:
            "--ckpt.output_dir", str(out), "--ckpt.path", str(out / "ckpt")]
     if args.grad_ckpt:
         cmd.append("--actor.gradient_checkpointing_enable")
+    if args.liger:  # the actor and the reference (AutoLigerKernelForCausalLM)
+        cmd.append("--ds.use_liger_kernel")
     return cmd
 
 
@@ -168,6 +172,7 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
         "actor_rollout_ref.hybrid_engine": True,
         "actor_rollout_ref.model.path": model,
         "actor_rollout_ref.model.enable_gradient_checkpointing": bool(args.grad_ckpt),
+        "actor_rollout_ref.model.use_liger": bool(args.liger),
         "actor_rollout_ref.model.use_remove_padding": False,
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.actor.optim.lr": "1e-6",
@@ -436,6 +441,9 @@ def main(argv=None) -> int:
     p.add_argument("--micro-train", type=int, default=8)
     p.add_argument("--micro-rollout", type=int, default=None, help="default: --prompts")
     p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing in both systems")
+    p.add_argument("--liger", action="store_true",
+                   help="Liger's fused kernels in every system: rlrun --use_liger_kernel, OpenRLHF "
+                        "--ds.use_liger_kernel, verl actor_rollout_ref.model.use_liger")
     p.add_argument("--params", type=float, default=0.0, help="the model's parameters, for the train phase's MFU")
     p.add_argument("--peak-tflops", type=float, default=989.4, help="dense bf16 per GPU (H100 SXM: 989.4)")
     p.add_argument("--rlrun-extra", type=shlex.split, default=[],
@@ -454,7 +462,7 @@ def main(argv=None) -> int:
     systems = args.systems.split(",")
     base_env = {**os.environ, **ENV}
     results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps,
-                               "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt,
+                               "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt, "liger": args.liger,
                                "placement": args.placement, "rlrun_extra": args.rlrun_extra,
                                "target_ratio": args.target_ratio, "target_step": args.target_step,
                                "params": args.params}}
@@ -626,6 +634,11 @@ def table(r: dict) -> None:
     if any(forwards.values()):  # make_experience's forwards in the workers; the rest is around them
         print("rlrun make_experience's forwards (slowest rank, at once): "
               + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in forwards.items() if v))
+    waits = {m: [x[f"timing/forward_wait/{m}"] for x in later if f"timing/forward_wait/{m}" in x]
+             for m in ("policy", "ref", "critic")}
+    if any(waits.values()):  # from the driver's call to the last rank's start: a rank still busy, the transfers
+        print("rlrun make_experience's forwards started after (last rank): "
+              + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in waits.items() if v))
     if "wait_rollout" in a or any("async/staleness" in x for x in rows):
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "
