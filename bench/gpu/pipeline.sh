@@ -157,7 +157,7 @@ stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phas
   # in make_experience; an approximation, verl's bypass mode, so never in the side-by-side), and weight-push
   # buckets of 1 GiB, not 256 MiB (57 -> 15 round trips; sync, whose parts sync/*_s show). The engines at 0.30
   # of the card, not 0.45: the shape's KV cache needs ~2.4 GB a GPU, and the whole reference 15 GB more than
-  # its ZeRO-3 shard (sbs7b peaked at 133 of 141 GB). Compare with sbs7b's rlrun of the same loan
+  # its ZeRO-3 shard (sbs7b peaked at 133,957 of 143,771 MiB). Compare with sbs7b's rlrun of the same loan
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl --out "$res/sbs7b_levers" \
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 \
     --micro-train 16 --micro-rollout 16 --gpu-util 0.30 --params "$(params $work/m7b)" --deadline 420 \
