@@ -24,7 +24,7 @@ from pathlib import Path
 from rlrun.dashboard import list_nodes, reward_health
 from rlrun.jobs import excluded
 from rlrun.probe import run_probe
-from trainer.config import TrainerConfig
+from trainer.config import CUDA_ONLY_FLAGS, TrainerConfig
 from trainer.placement import Request, engine_groups_problem, plan
 
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -165,7 +165,7 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)
     report.lines.append(f"cluster: {view.describe()}")
     if not gpus:  # the ranks would stop at start-up (trainer.learn.model_worker): say so before any is placed
-        for flag in ("flash_attn", "use_liger_kernel"):
+        for flag in CUDA_ONLY_FLAGS:
             if getattr(cfg, flag):
                 report.problems.append(f"--{flag} needs CUDA GPUs and the cluster has none ({view.describe()}): "
                                        f"drop it (--set {flag}=false) or run on GPU nodes")

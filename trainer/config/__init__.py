@@ -14,9 +14,16 @@ Torch-free: ``--print-config`` and rlrun's pre-submit checks import it without R
 
 from trainer.config.errors import ConfigError, unknown_name_problem
 from trainer.config.rules import TENSORBOARD_AUTO
-from trainer.config.schema import REDACTED, WANDB_FROM_ENV, AdvantageEstimator, KlEstimator, TrainerConfig
+from trainer.config.schema import (
+    CUDA_ONLY_FLAGS,
+    REDACTED,
+    WANDB_FROM_ENV,
+    AdvantageEstimator,
+    KlEstimator,
+    TrainerConfig,
+)
 
 __all__ = [
-    "REDACTED", "TENSORBOARD_AUTO", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
+    "CUDA_ONLY_FLAGS", "REDACTED", "TENSORBOARD_AUTO", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
     "TrainerConfig", "unknown_name_problem",
 ]  # fmt: skip

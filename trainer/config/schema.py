@@ -33,6 +33,9 @@ KlEstimator = Literal["k1", "k2", "k3"]
 # Placeholder value of a bare ``--use_wandb`` (see its help) and what a redacted W&B key shows.
 WANDB_FROM_ENV = "env"
 REDACTED = "<redacted>"
+#: Flags whose kernels need CUDA GPUs on the nodes: the ranks refuse them at start-up without one
+#: (trainer.learn.model_worker.require_cuda), and rlrun's pre-submit check on a cluster without GPUs.
+CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel")
 
 
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.

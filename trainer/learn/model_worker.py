@@ -25,12 +25,17 @@ from trainer.learn.packing import pack, unpack
 from trainer.weights.shared import push_shared
 
 
+def require_cuda(flag: str, what: str) -> None:
+    """One of :data:`trainer.config.CUDA_ONLY_FLAGS` on a node without CUDA: refused in one line."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"--{flag} needs CUDA GPUs ({what}); this node has none: drop the flag")
+
+
 def attn_implementation(flash_attn: bool) -> str:
     """FlashAttention-2 when asked for (CUDA + the flash-attn package), else PyTorch's SDPA."""
     if not flash_attn:
         return "sdpa"
-    if not torch.cuda.is_available():
-        raise RuntimeError("--flash_attn needs CUDA GPUs (FlashAttention-2); this node has none: drop the flag")
+    require_cuda("flash_attn", "FlashAttention-2")
     try:
         import flash_attn  # noqa: F401
     except ImportError:
@@ -51,9 +56,7 @@ def liger_kernels(model: Any, enabled: bool) -> bool:
     rotary function is replaced for the process (Liger patches the model's module). True where applied."""
     if not enabled:
         return False
-    if not torch.cuda.is_available():
-        raise RuntimeError("--use_liger_kernel needs CUDA GPUs (Liger's kernels are Triton's); this node has none: "
-                           "drop the flag")
+    require_cuda("use_liger_kernel", "Liger's kernels are Triton's")
     try:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
