@@ -629,16 +629,15 @@ def table(r: dict) -> None:
         buckets = statistics.median(x.get("sync/buckets", 0) for x in later if "sync/buckets" in x)
         print(f"rlrun weight push by part ({buckets:.0f} buckets): "
               + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in parts.items()))
-    forwards = {m: [x[f"timing/forward/{m}"] for x in later if f"timing/forward/{m}" in x]
-                for m in ("policy", "ref", "critic")}
-    if any(forwards.values()):  # make_experience's forwards in the workers; the rest is around them
-        print("rlrun make_experience's forwards (slowest rank, at once): "
-              + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in forwards.items() if v))
-    waits = {m: [x[f"timing/forward_wait/{m}"] for x in later if f"timing/forward_wait/{m}" in x]
-             for m in ("policy", "ref", "critic")}
-    if any(waits.values()):  # from the driver's call to the last rank's start: a rank still busy, the transfers
-        print("rlrun make_experience's forwards started after (last rank): "
-              + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in waits.items() if v))
+    # make_experience's forwards in the workers (the rest of the phase is around them), and how long after the
+    # driver's call each model's last rank started its forward (a rank still busy, the transfers)
+    for key, label in (("forward", "forwards (slowest rank, at once)"),
+                       ("forward_wait", "forwards started after (last rank)")):
+        by_model = {m: [x[f"timing/{key}/{m}"] for x in later if f"timing/{key}/{m}" in x]
+                    for m in ("policy", "ref", "critic")}
+        if any(by_model.values()):
+            print(f"rlrun make_experience's {label}: "
+                  + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in by_model.items() if v))
     if "wait_rollout" in a or any("async/staleness" in x for x in rows):
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "
