@@ -92,6 +92,10 @@ def main() -> int:
     parser.add_argument("--capture", type=int, default=None,
                         help="on a GPU: the largest step (tokens) the engine captures a CUDA graph for (vLLM's "
                              "max_cudagraph_capture_size; its default: 512, or twice max_num_seqs when smaller)")
+    parser.add_argument("--cudagraph-mode", choices=("full_and_piecewise", "full", "piecewise"), default=None,
+                        help="on a GPU: which steps run as CUDA graphs (--vllm_cudagraph_mode; vLLM's default "
+                             "full_and_piecewise runs a step with a prefill, where samples rejoin from the tool, "
+                             "with its attention outside the graphs; full: whole graphs for those too)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -138,7 +142,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     if args.capture is not None:
         extra["compilation_config"] = {"max_cudagraph_capture_size": args.capture}
     engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
-                        gpu_memory_utilization=args.gpu_util, **extra)
+                        gpu_memory_utilization=args.gpu_util, cudagraph_mode=args.cudagraph_mode, **extra)
     batch = prompts[:args.prompts]
 
     def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> float:
@@ -193,11 +197,13 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
                          "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
                          "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
                          "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
-    graphs = engine.llm.llm_engine.vllm_config.compilation_config.max_cudagraph_capture_size
+    compiled = engine.llm.llm_engine.vllm_config.compilation_config
+    graphs, mode = compiled.max_cudagraph_capture_size, compiled.cudagraph_mode.name.lower()
     engine.shutdown()
     print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
           f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
-          f"load average {os.getloadavg()[0]:.1f}; CUDA graphs up to {graphs if not engine.on_cpu else '-'} tokens")
+          f"load average {os.getloadavg()[0]:.1f}; CUDA graphs ({mode if not engine.on_cpu else '-'}) up to "
+          f"{graphs if not engine.on_cpu else '-'} tokens")
     report(args, rows)
 
 

@@ -169,6 +169,10 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
             if getattr(cfg, flag):
                 report.problems.append(f"--{flag} needs CUDA GPUs and the cluster has none ({view.describe()}): "
                                        f"drop it (--set {flag}=false) or run on GPU nodes")
+        if cfg.rollout_backend == "vllm" and cfg.vllm_cudagraph_mode != "auto":  # the CPU engines capture none
+            report.problems.append(f"--vllm_cudagraph_mode {cfg.vllm_cudagraph_mode} sets the CUDA graphs of GPU "
+                                   f"engines and the cluster has none ({view.describe()}): drop it "
+                                   "(--set vllm_cudagraph_mode=auto) or run on GPU nodes")
     totals_ok = True
     if gpus:
         report.lines.append(f"GPUs: {_gpu_arithmetic(cfg)}; needs {need_gpu:g}, the cluster has {view.gpus:g}")

@@ -272,16 +272,24 @@ gpu_free() {  # gpu_free [IDS]: wait (<= 120 s) until the GPUs (IDS: those, e.g.
 stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass of the same tokens (issue 33)
   gpu_free "${STEP1_GPU:-0}"
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
-  # the demos' tiny model, then the 0.5B shape (issue 39: both, each beside one pass of the same tokens; MT_ONLY05:
-  # the 0.5B alone); MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's default 512)
-  local capture=()
+  # the 0.5B shape, then the demos' tiny model (issue 39: both, each beside one pass of the same tokens; MT_ONLY05:
+  # the 0.5B alone; MT_MODELS: which of the two), each once per engine CUDA-graph mode in MT_MODES ("-": vLLM's own, the default; full: the
+  # steps with a prefill in whole graphs too); MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's 512)
+  local capture=() mode model rc=0
   [ -n "${MT_CAPTURE:-}" ] && capture=(--capture "$MT_CAPTURE")
-  if [ -z "${MT_ONLY05:-}" ]; then
-    CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7 \
-      "${capture[@]}"
-  fi
-  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py --repeats 7 \
-    --model $work/m05 --teach-lr 3e-4 "${capture[@]}"
+  local models=${MT_MODELS:-m05 tiny}
+  [ -n "${MT_ONLY05:-}" ] && models=m05
+  for model in $models; do
+    for mode in ${MT_MODES:--}; do
+      local how=()
+      [ "$mode" != - ] && how=(--cudagraph-mode "$mode")
+      [ "$model" = m05 ] && how+=(--model $work/m05 --teach-lr 3e-4)
+      echo "== $model, CUDA graphs: $mode"
+      CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py \
+        --repeats 7 "${capture[@]}" "${how[@]}" || rc=1
+    done
+  done
+  return $rc
 }
 
 stage_tools() {  # issue 37: the multi-turn code on GPUs through the trainer and Ray actors: tiny-search with vLLM
@@ -317,9 +325,16 @@ stage_par() {  # x4: logprob7b (GPUs 0-1) and then multi-turn at vLLM's default 
 }
 
 stage_pre() {  # x4: inputs (the 7B made on GPU 0) beside check1 on GPU 3 (eager engines: the compile cache stays
-  # cold for sbs7b_inproc): two stages' work in the time of one
+  # cold for sbs7b_inproc): two stages' work in the time of one (with PRE_MT=1, three)
   ( stage_inputs >"$res/inputs.log" 2>&1; echo "inputs rc=$?" ) &
+  local inputs=$!
   ( STEP1_GPU=3 stage_check1 >"$res/check1.log" 2>&1; echo "check1 rc=$?" ) &
+  if [ -n "${PRE_MT:-}" ]; then  # PRE_MT=1: multiturn too: the tiny model on GPU 2, and on GPU 1 the 0.5B once
+    # inputs has made it (first, on GPU 0)
+    ( STEP1_GPU=2 MT_MODELS=tiny stage_multiturn >"$res/multiturn_tiny.log" 2>&1; echo "multiturn_tiny rc=$?" ) &
+    ( while [ ! -f $work/m05/params.json ] && kill -0 $inputs 2>/dev/null; do sleep 5; done
+      STEP1_GPU=1 MT_MODELS=m05 stage_multiturn >"$res/multiturn.log" 2>&1; echo "multiturn rc=$?" ) &
+  fi
   wait
   grep -h "rc=" "$res"/pre.log 2>/dev/null | grep -qv "rc=0" && return 1
   return 0
@@ -347,7 +362,7 @@ case ${1:-} in
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
-                       [tools]=600 [par]=900 [pre]=520)
+                       [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

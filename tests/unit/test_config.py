@@ -229,6 +229,13 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
     "in-process engines without vLLM": (["--rollout_backend hf", "--vllm_in_process"], (),
                                         ["--vllm_in_process is only used with --rollout_backend vllm"]),
     "reference ZeRO stage 4": (["--ref_zero_stage 4"], (), ["--ref_zero_stage 4: must be >= 0 and <= 3"]),
+    "CUDA graph mode without vLLM": (["--rollout_backend hf", "--vllm_cudagraph_mode full"], (),
+                                     ["--vllm_cudagraph_mode full is only used with --rollout_backend vllm"]),
+    "CUDA graph mode with eager engines": (["--enforce_eager", "--vllm_cudagraph_mode full"], (),
+                                           ["--vllm_cudagraph_mode full with --enforce_eager: eager means no CUDA "
+                                            "graphs (drop one of them)"]),
+    "unknown CUDA graph mode": (["--vllm_cudagraph_mode fast"], (),
+                                ["--vllm_cudagraph_mode 'fast': expected one of auto, full_and_piecewise, full"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),
     "warm-up data without a warm-up": (["--sft_data w.jsonl"], (),
                                        ["--sft_data w.jsonl is only used with --sft_warmup_steps > 0"]),

@@ -16,6 +16,7 @@ from trainer.config.errors import ConfigError, unknown_name_problem
 from trainer.config.rules import TENSORBOARD_AUTO
 from trainer.config.schema import (
     CUDA_ONLY_FLAGS,
+    CUDAGRAPH_MODES,
     REDACTED,
     WANDB_FROM_ENV,
     AdvantageEstimator,
@@ -24,6 +25,6 @@ from trainer.config.schema import (
 )
 
 __all__ = [
-    "CUDA_ONLY_FLAGS", "REDACTED", "TENSORBOARD_AUTO", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
+    "CUDA_ONLY_FLAGS", "CUDAGRAPH_MODES", "REDACTED", "TENSORBOARD_AUTO", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
     "TrainerConfig", "unknown_name_problem",
 ]  # fmt: skip

@@ -414,7 +414,8 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: c.use_wandb is not None),
     (("remote_rm_timeout", "remote_rm_retries", "reward_outage_timeout"), "--remote_rm_url", lambda c: "the reward is a local function",
      lambda c: bool(c.remote_rm_url)),
-    (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes", "vllm_in_process"), "--rollout_backend vllm",
+    (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes", "vllm_in_process",
+      "vllm_cudagraph_mode"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
     (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
       "tool_max_sample_tokens"),
@@ -582,7 +583,7 @@ def _colocated_placement(c: Config) -> Iterator[str]:
 
 
 @_rule("rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size", "vllm_enable_sleep",
-       "enable_prefix_caching", "enforce_eager", "colocate_all_models")  # fmt: skip
+       "enable_prefix_caching", "enforce_eager", "vllm_cudagraph_mode", "colocate_all_models")  # fmt: skip
 def _rollout_backend(c: Config) -> Iterator[str]:
     if c.rollout_backend == "vllm":
         if c.vllm_num_engines == 0:
@@ -595,6 +596,9 @@ def _rollout_backend(c: Config) -> Iterator[str]:
                 "--vllm_enable_sleep only applies with --colocate_all_models (OpenRLHF silently turns it "
                 "off): add --colocate_all_models or drop --vllm_enable_sleep"
             )
+        if c.enforce_eager and c.vllm_cudagraph_mode not in ("auto", "none"):
+            yield (f"--vllm_cudagraph_mode {c.vllm_cudagraph_mode} with --enforce_eager: eager means no CUDA graphs "
+                   "(drop one of them)")
         return
     if c.vllm_num_engines:
         yield f"--vllm_num_engines {c.vllm_num_engines} with --rollout_backend hf: vLLM is not used"

@@ -37,6 +37,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from trainer.config import CUDAGRAPH_MODES
 from trainer.rollout import vllm_compat
 from trainer.rollout.engine import (
     RolloutEngine,
@@ -54,6 +55,14 @@ WORKER_EXTENSION = "trainer.weights.vllm_worker_ext.WeightSyncExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 512 << 20
 
 
+def check_cudagraph_mode(mode: str, enforce_eager: bool = False) -> None:
+    """A ``cudagraph_mode`` that vLLM knows and that does not contradict ``enforce_eager``, or a ValueError."""
+    if mode not in CUDAGRAPH_MODES:
+        raise ValueError(f"cudagraph_mode {mode!r} is not one of vLLM's: expected one of {', '.join(CUDAGRAPH_MODES)}")
+    if enforce_eager and mode != "none":
+        raise ValueError(f"cudagraph_mode {mode!r} with enforce_eager: eager means no CUDA graphs (drop one of them)")
+
+
 class VllmEngine(RolloutEngine):
     """A ``vllm.LLM`` behind the :class:`~trainer.rollout.engine.RolloutEngine` interface.
 
@@ -69,6 +78,11 @@ class VllmEngine(RolloutEngine):
         enable_prefix_caching: vLLM automatic prefix caching.
         enable_sleep: allow :meth:`sleep` (GPU only; ignored with a warning on CPU).
         enforce_eager: no CUDA graphs.
+        cudagraph_mode: GPU only: which steps run as CUDA graphs (one of :data:`CUDAGRAPH_MODES`; None: vLLM's
+            own, ``full_and_piecewise``: whole-model graphs for decode-only steps, per-piece graphs with the
+            attention outside them for steps that hold a prefill). ``full``: whole-model graphs for every step
+            up to the largest captured size, prefills included, where the attention backend allows it
+            (FlashAttention 3 on Hopper does): the steps where samples back from a tool rejoin the batch.
         dtype: model dtype for vLLM ("auto": from the checkpoint config).
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
         sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
@@ -87,6 +101,7 @@ class VllmEngine(RolloutEngine):
         enable_prefix_caching: bool = False,
         enable_sleep: bool = False,
         enforce_eager: bool = False,
+        cudagraph_mode: str | None = None,
         dtype: str = "auto",
         seed: int = 0,
         in_process: bool | None = None,
@@ -96,6 +111,8 @@ class VllmEngine(RolloutEngine):
         from vllm.platforms import current_platform
 
         vllm_compat.check_version()
+        if cudagraph_mode is not None:
+            check_cudagraph_mode(cudagraph_mode, enforce_eager)
         if sleep_level not in (1, 2):
             raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
         self.on_cpu = bool(current_platform.is_cpu())
@@ -144,6 +161,12 @@ class VllmEngine(RolloutEngine):
                                                                    checkpoint_bytes(model_path), tensor_parallel_size)
                 log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
         kwargs.update(llm_kwargs)
+        if cudagraph_mode is not None:
+            if self.on_cpu:
+                log.warning("vLLM's CPU build captures no CUDA graphs: cudagraph_mode %s ignored", cudagraph_mode)
+            else:  # beside the caller's other compilation settings (the largest captured size, for one)
+                kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
+                                                "cudagraph_mode": cudagraph_mode.upper()}
         if kwargs.get("distributed_executor_backend") == "ray":
             vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
         self.model_path = str(model_path)
