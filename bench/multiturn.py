@@ -96,6 +96,10 @@ def main() -> int:
                         help="on a GPU: which steps run as CUDA graphs (--vllm_cudagraph_mode; vLLM's default "
                              "full_and_piecewise runs a step with a prefill, where samples rejoin from the tool, "
                              "with its attention outside the graphs; full: whole graphs for those too)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the check that the engine's log-probs match a plain transformers forward of the "
+                             "same tokens (first turns and turns after a rejoin apart): what says a CUDA-graph mode "
+                             "computes what the default does")
     parser.add_argument("--block-size", type=int, default=None,
                         help="the engine's KV block size (vLLM's default when left out; the prefix cache reuses "
                              "whole blocks only)")
@@ -197,6 +201,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
                          "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
                          "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
                          "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+    dtype = engine.llm.llm_engine.vllm_config.model_config.dtype
     compiled = engine.llm.llm_engine.vllm_config.compilation_config
     graphs, mode = compiled.max_cudagraph_capture_size, compiled.cudagraph_mode.name.lower()
     engine.shutdown()
@@ -205,6 +210,36 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
           f"load average {os.getloadavg()[0]:.1f}; CUDA graphs ({mode if not engine.on_cpu else '-'}) up to "
           f"{graphs if not engine.on_cpu else '-'} tokens")
     report(args, rows)
+    if not args.no_check and not args.skip_logprobs:
+        check(work / "model", samples, dtype)
+
+
+def check(model_dir: Path, samples, dtype) -> None:
+    """The last rollout's log-probs, as the engine reported them, against a transformers forward of the same
+    tokens in the engine's dtype (after the engine is gone): a step that computed attention wrongly (a CUDA graph
+    replayed for a batch it does not fit, say) shows as a gap far above the dtype's floor, in the turns after a
+    rejoin above all, where the context was prefilled beside others' decoding."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    gaps: dict[str, list[float]] = {"first turn": [], "after a rejoin": []}
+    with torch.no_grad():
+        for s in samples:
+            ids = s.prompt_token_ids + s.response_token_ids
+            logits = model(torch.tensor([ids], device=device)).logits[0].float()
+            mine = torch.log_softmax(logits[len(s.prompt_token_ids) - 1:-1], dim=-1)
+            theirs = mine.gather(1, torch.tensor(s.response_token_ids, device=device)[:, None])[:, 0].tolist()
+            rejoined = False
+            for m, a, b in zip(s.action_mask, s.logprobs, theirs, strict=True):
+                if m == 0:  # a tool's token: the engine's turns after it were prefilled anew
+                    rejoined = True
+                else:  # a token the engine sampled
+                    gaps["after a rejoin" if rejoined else "first turn"].append(abs(a - b))
+    parts = [f"{k} {statistics.mean(v):.4f} mean, {max(v):.4f} max ({len(v)} tokens)" if v else f"{k}: none"
+             for k, v in gaps.items()]
+    print(f"log-probs, the engine's against transformers' ({dtype}, {device}): " + "; ".join(parts))
 
 
 def report(args, rows: list[dict]) -> None:

@@ -5,7 +5,8 @@
 # poll. Every stage has a deadline; a stage that fails does not stop the next. After the packages are in
 # /tmp/site (bench/gpu/carry.py install):
 #
-#   bash bench/gpu/pipeline.sh start [STAGE ...]      # default: every stage below, in this order
+#   bash bench/gpu/pipeline.sh start [STAGE ...]      # default: every stage below, in this order, from a
+#                                                     # copy of the tree (/tmp/rlpipe/tree)
 #   bash bench/gpu/pipeline.sh poll OUT [SECONDS]     # wait up to SECONDS (default 540) for the pipeline to
 #                                                     # end, then copy status + summaries to OUT
 # Poll without a pause: the machine is given back 30 s after a call returns, with the pipeline on it
@@ -359,6 +360,13 @@ case ${1:-} in
     [ ${#stages[@]} -eq 0 ] && stages=(inputs mini sbs7b split7b async05)  # x4; on one GPU: inputs step1 multiturn
     mkdir -p $work $res
     : >"$status"
+    # The stages run from a copy of the tree: every device call sends the working tree anew, and a poll sent
+    # while a stage starts its processes replaced the files under it (2026-11-28: rlrun's side of sbs7b_liger
+    # stopped 5 s in on "No module named 'trainer.experience'", a file it has)
+    rm -rf $work/tree && mkdir -p $work/tree
+    tar -C "$root" --exclude=./.git --exclude=./.gpu-carry --exclude=./.gpu-pkg --exclude=./.venv -cf - . |
+      tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
+    root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
