@@ -127,11 +127,12 @@ class TrainerConfig:
     enable_prefix_caching: bool = flag(False, "Enable vLLM automatic prefix caching.", group=V)
     enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM.", group=V)
     vllm_cudagraph_mode: CudagraphMode = flag(
-        "auto", "Which engine steps run as CUDA graphs (GPU engines). auto: vLLM's own (full_and_piecewise: "
-        "whole-model graphs for decode-only steps; a step with a prefill in it runs the attention outside the "
-        "graphs, ~10 ms a step at 0.5B on an H200 against ~4 ms). full: whole-model graphs for every step up to "
-        "512 tokens, prefills included, where the attention kernel allows it (FlashAttention 3 on Hopper): the "
-        "steps where samples back from a tool rejoin the batch.", group=V,
+        "auto", "Which engine steps run as CUDA graphs (GPU engines; vLLM's cudagraph_mode). auto: vLLM's own, "
+        "full_and_piecewise: whole-model graphs for decode-only steps, and a step with a prefill in it (where "
+        "samples back from a tool rejoin) runs its attention outside the graphs. full: whole-model graphs for those "
+        "steps too, up to 512 tokens. On vLLM 0.26 at 0.5B (H200, 2026-11-28) full made those steps as cheap as "
+        "decoding, but its rollouts called the tool less often than the default's: not yet shown to compute the "
+        "same results (bench/multiturn.py checks it).", group=V,
     )  # fmt: skip
     vllm_start_with_models: bool = flag(
         False, "Colocated engines on GPUs start while the models load (their KV cache sized up front from "
