@@ -212,7 +212,8 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
 stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
   # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
   # timing/forward/*), then --old_logprobs train with a KL loss, the engine's core in-process and Liger's
-  # kernels in the policy and reference (--use_liger_kernel). Eager engines
+  # kernels in the policy and reference (--use_liger_kernel). Eager engines. Each run has 400 s: beside inputs and
+  # two multi-turn benches (PRE_MT) the first one's engine took 4 min to start, and 240 s stopped it (2026-11-28)
   local m=$work/tiny rc=0
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
   python3 -m trainer.tiny dataset $work/tiny.jsonl --n 16 --kind copy >/dev/null || return 1
@@ -229,7 +230,7 @@ stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop w
     [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process
                                 --use_liger_kernel)
     mkdir -p "$res/check1_$run"
-    CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 240 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
+    CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 400 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
       --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
     cp $work/check1_$run/metrics.jsonl "$res/check1_$run/" 2>/dev/null
     tail -3 "$res/check1_$run/job.log"
