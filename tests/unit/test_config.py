@@ -229,11 +229,15 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
     "in-process engines without vLLM": (["--rollout_backend hf", "--vllm_in_process"], (),
                                         ["--vllm_in_process is only used with --rollout_backend vllm"]),
     "reference ZeRO stage 4": (["--ref_zero_stage 4"], (), ["--ref_zero_stage 4: must be >= 0 and <= 3"]),
-    "CUDA graph mode without vLLM": (["--rollout_backend hf", "--vllm_cudagraph_mode full"], (),
-                                     ["--vllm_cudagraph_mode full is only used with --rollout_backend vllm"]),
-    "CUDA graph mode with eager engines": (["--enforce_eager", "--vllm_cudagraph_mode full"], (),
-                                           ["--vllm_cudagraph_mode full with --enforce_eager: eager means no CUDA "
-                                            "graphs (drop one of them)"]),
+    "CUDA graph mode without vLLM": (["--rollout_backend hf", "--vllm_cudagraph_mode piecewise"], (),
+                                     ["--vllm_cudagraph_mode piecewise is only used with --rollout_backend vllm"]),
+    "CUDA graph mode with eager engines": (["--enforce_eager", "--vllm_cudagraph_mode piecewise"], (),
+                                           ["--vllm_cudagraph_mode piecewise with --enforce_eager: eager means no "
+                                            "CUDA graphs (drop one of them)"]),
+    "whole CUDA graphs for prefills": (["--vllm_cudagraph_mode full"], (),
+                                       ["--vllm_cudagraph_mode full: whole CUDA graphs for the steps that hold a "
+                                        "prefill changed what the engine samples", "expected auto, full_and_piecewise, "
+                                        "full_decode_only, piecewise or none"]),
     "unknown CUDA graph mode": (["--vllm_cudagraph_mode fast"], (),
                                 ["--vllm_cudagraph_mode 'fast': expected one of auto, full_and_piecewise, full"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),

@@ -365,21 +365,17 @@ def test_vllm_in_process_reaches_every_engine_and_is_left_to_the_platform_otherw
     assert kwargs["in_process"] is True and kwargs["tensor_parallel_size"] == 4
 
 
-def test_a_cuda_graph_mode_reaches_every_engine_with_graphs_for_the_steps_where_samples_rejoin():
+def test_a_cuda_graph_mode_reaches_every_engine_beside_the_largest_graph():
     from trainer.rollout.engines import vllm_kwargs
 
     cfg = cfg_of("32b-rloo")
     auto = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
     assert "cudagraph_mode" not in auto  # vLLM's own
-    seqs = auto["max_num_seqs"]
-    assert auto["compilation_config"] == {"max_cudagraph_capture_size": seqs}
-    cfg = cfg_of("32b-rloo", "vllm_cudagraph_mode=full")
-    full = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
-    assert full["cudagraph_mode"] == "full"
-    assert full["compilation_config"] == {"max_cudagraph_capture_size": max(seqs, 512)}
-    cfg = cfg_of("32b-rloo", "vllm_cudagraph_mode=piecewise")
-    piecewise = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
-    assert piecewise["cudagraph_mode"] == "piecewise" and piecewise["compilation_config"] == auto["compilation_config"]
+    assert auto["compilation_config"] == {"max_cudagraph_capture_size": auto["max_num_seqs"]}
+    for mode in ("full_decode_only", "piecewise"):
+        cfg = cfg_of("32b-rloo", f"vllm_cudagraph_mode={mode}")
+        kwargs = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
+        assert kwargs["cudagraph_mode"] == mode and kwargs["compilation_config"] == auto["compilation_config"]
 
 
 def test_cuda_graph_modes_are_vllms_own_and_eager_engines_take_none():

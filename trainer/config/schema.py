@@ -128,11 +128,10 @@ class TrainerConfig:
     enforce_eager: bool = flag(False, "Disable CUDA graphs in vLLM.", group=V)
     vllm_cudagraph_mode: CudagraphMode = flag(
         "auto", "Which engine steps run as CUDA graphs (GPU engines; vLLM's cudagraph_mode). auto: vLLM's own, "
-        "full_and_piecewise: whole-model graphs for decode-only steps, and a step with a prefill in it (where "
-        "samples back from a tool rejoin) runs its attention outside the graphs. full: whole-model graphs for those "
-        "steps too, up to 512 tokens. On vLLM 0.26 at 0.5B (H200, 2026-11-28) full made those steps as cheap as "
-        "decoding, but its rollouts called the tool less often than the default's: not yet shown to compute the "
-        "same results (bench/multiturn.py checks it).", group=V,
+        "full_and_piecewise: whole-model graphs for decode-only steps; a step with a prefill in it (where samples "
+        "back from a tool rejoin) runs its attention outside the graphs. full_decode_only: no graphs for those "
+        "steps. piecewise, none. full (whole graphs for steps with a prefill too) is refused: on vLLM 0.26 it "
+        "changed the engine's samples (docs/benchmarks.md, 2026-11-28).", group=V,
     )  # fmt: skip
     vllm_start_with_models: bool = flag(
         False, "Colocated engines on GPUs start while the models load (their KV cache sized up front from "

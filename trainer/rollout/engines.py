@@ -70,10 +70,7 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
         seqs = min(1024, max(8, 8 * math.ceil(engine_batch(cfg, ep.count) / 8)))
         kwargs["max_num_seqs"] = seqs
         if not cfg.enforce_eager:
-            # full: every step's graph, prefills included, so the steps where samples rejoin from a tool (their
-            # inserted tokens beside the others' decoding) fit too, up to 512 tokens
-            graphs = max(seqs, 512) if cfg.vllm_cudagraph_mode == "full" else seqs
-            kwargs["compilation_config"] = {"max_cudagraph_capture_size": graphs}
+            kwargs["compilation_config"] = {"max_cudagraph_capture_size": seqs}
         if cfg.vllm_cudagraph_mode != "auto":
             kwargs["cudagraph_mode"] = cfg.vllm_cudagraph_mode
     return kwargs

@@ -82,8 +82,9 @@ class VllmEngine(RolloutEngine):
             own, ``full_and_piecewise``: whole-model graphs for decode-only steps, per-piece graphs with the
             attention outside them for steps that hold a prefill). ``full``: whole-model graphs for every step
             up to the largest captured size, prefills included, where the attention backend allows it
-            (FlashAttention 3 on Hopper does): the steps where samples back from a tool rejoin the batch. Not yet
-            shown to give the default's results (docs/benchmarks.md, 2026-11-28).
+            (FlashAttention 3 on Hopper does): the steps where samples back from a tool rejoin the batch. On vLLM
+            0.26 it changed what the engine samples (docs/benchmarks.md, 2026-11-28): the trainer refuses it,
+            bench/multiturn.py tries it.
         dtype: model dtype for vLLM ("auto": from the checkpoint config).
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
         sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
