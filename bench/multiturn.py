@@ -96,6 +96,9 @@ def main() -> int:
                         help="on a GPU: which steps run as CUDA graphs (--vllm_cudagraph_mode; vLLM's default "
                              "full_and_piecewise runs a step with a prefill, where samples rejoin from the tool, "
                              "with its attention outside the graphs; full: whole graphs for those too)")
+    parser.add_argument("--rejoin-steps", type=int, default=None,
+                        help="engine steps a sample back from the tool may wait to rejoin with the next request's "
+                             "(--tool_rejoin_steps; default: the job's default)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the check that the engine's log-probs match a plain transformers forward of the "
                              "same tokens (first turns and turns after a rejoin apart): what says a CUDA-graph mode "
@@ -130,6 +133,8 @@ def main() -> int:
             else:  # the python tool with the job defaults (the preset's)
                 settings = tool_settings(TrainerConfig(pretrain="-", prompt_data="-", reward_fn="exact_match",
                                                        tools=("python",)))
+            if args.rejoin_steps is not None:
+                settings["tool_rejoin_steps"] = args.rejoin_steps
             run_pairs(args, work, prompts, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the model, data and index it made
@@ -201,6 +206,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
                          "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
                          "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
                          "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
+    rejoin = next(iter(engine.__dict__["_toolboxes"].values())).rejoin_steps  # the toolbox the rollouts used
     dtype = engine.llm.llm_engine.vllm_config.model_config.dtype
     compiled = engine.llm.llm_engine.vllm_config.compilation_config
     graphs, mode = compiled.max_cudagraph_capture_size, compiled.cudagraph_mode.name.lower()
@@ -208,7 +214,8 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     print(f"tool {args.tool}: {args.prompts} prompts x {args.n} samples, one call each, "
           f"{'no' if args.skip_logprobs else 'with the'} sampled tokens' log-probs; {os.cpu_count()} CPUs visible, "
           f"load average {os.getloadavg()[0]:.1f}; CUDA graphs ({mode if not engine.on_cpu else '-'}) up to "
-          f"{graphs if not engine.on_cpu else '-'} tokens")
+          f"{graphs if not engine.on_cpu else '-'} tokens; samples back from the tool wait up to "
+          f"{rejoin} steps to rejoin together")
     report(args, rows)
     if not args.no_check and not args.skip_logprobs:
         check(work / "model", samples, dtype)

@@ -215,12 +215,12 @@ class Steps:
         self.live.clear()
 
 
-def _stream(turns, prompts, max_turns=2, max_new_tokens=200, n=1, tool=None, stepper=None):
+def _stream(turns, prompts, max_turns=2, max_new_tokens=200, n=1, tool=None, stepper=None, rejoin_steps=None):
     stepper = stepper or Steps(turns)
     tool = tool or Lookup()
     rows, stats = run_tool_rollout_streaming(stepper, ids, [ids(p) for p in prompts], n=n, tool=tool,
                                              max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=1.0,
-                                             top_p=1.0, seed=7, eos_id=EOS)
+                                             top_p=1.0, seed=7, eos_id=EOS, rejoin_steps=rejoin_steps)
     return rows, stats, stepper, tool
 
 
@@ -275,6 +275,54 @@ def test_samples_that_end_their_turn_together_share_one_request() -> None:
     turns = {k: [f"<search>q{k}</search>", "<answer>a</answer>"] for k in range(4)}
     _, stats, _, tool = _stream(turns, [f"Q{k}" for k in range(4)])
     assert tool.batches == [["q0", "q1", "q2", "q3"]] and stats.tool_calls == 4
+
+
+def _two_waves(rejoin_steps):
+    """Sample 1 searches first; sample 2 ends its turn while sample 1's request is out, so it goes in a second
+    request; sample 3 decodes throughout. The engine answers request "a" at step ``at_a`` and "b" 3 steps later
+    (each step waits for the tool thread to have answered, so the timing is the test's, not the machine's)."""
+    first, second = "<search>a</search>", "xx<search>b</search>"
+    at_a = len(ids(second)) + 2
+    release = {"a": threading.Event(), "b": threading.Event()}
+    answered = {"a": threading.Event(), "b": threading.Event()}
+
+    class Tool(Lookup):
+        def __call__(self, queries):
+            (q,) = queries
+            assert release[q].wait(10)
+            try:
+                return super().__call__(queries)
+            finally:
+                answered[q].set()
+
+    def answer(stepper):
+        for q, at in (("a", at_a), ("b", at_a + 3)):
+            if stepper.steps == at:
+                release[q].set()
+                assert answered[q].wait(10)
+                time.sleep(0.05)  # the future is done before the loop looks
+
+    turns = {1: [first, "<answer>a</answer>"], 2: [second, "<answer>b</answer>"], 3: ["y" * 80 + "<eos>"]}
+    rows, stats, stepper, tool = _stream(turns, ["Q1", "Q2", "Q3"], tool=Tool(), stepper=Steps(turns, answer),
+                                         rejoin_steps=rejoin_steps)
+    assert tool.batches == [["a"], ["b"]]
+    again = {k: [t for e, key, t in stepper.events if e == "submit" and key == k][1] for k in (0, 1)}
+    return rows, stats, again, at_a + 1  # the step that answered "a" (the hook runs before a step is counted)
+
+
+def test_samples_back_from_a_tool_rejoin_with_the_next_request_when_they_may_wait() -> None:
+    alone, alone_stats, again, at_a = _two_waves(rejoin_steps=0)
+    assert again == {0: at_a, 1: at_a + 3}  # each as soon as its answer is in: two steps with a prefill
+    assert alone_stats.joined_steps == 3  # the prompts, then each request's sample
+    held, held_stats, again, at_a = _two_waves(rejoin_steps=8)
+    assert again == {0: at_a + 3, 1: at_a + 3}  # sample 1 waited for sample 2's answer: one step with a prefill
+    assert held_stats.joined_steps == 2
+    key = [(r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason) for r in alone]
+    assert [(r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason) for r in held] == key
+    _, _, again, at_a = _two_waves(rejoin_steps=2)  # waits 2 steps at most: alone again, 2 steps late
+    assert again == {0: at_a + 2, 1: at_a + 3}
+    with pytest.raises(ValueError, match="rejoin_steps must be >= 0"):
+        _stream(MIXED, ["Q1"], rejoin_steps=-1)
 
 
 def test_streaming_aborts_the_engine_on_a_fault_of_the_tool() -> None:

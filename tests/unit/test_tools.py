@@ -182,6 +182,18 @@ def test_call_limits_per_sample_per_tool_and_inserted_tokens() -> None:
     assert parse_max_calls(("python=4", " calc = 2")) == {"python": 4, "calc": 2}
 
 
+def test_the_rejoin_wait_comes_from_the_jobs_flag() -> None:
+    from trainer.config import TrainerConfig
+    from trainer.config.schema import DEFAULT_REJOIN_STEPS
+    from trainer.tools.registry import search_settings, settings
+
+    cfg = TrainerConfig(pretrain="/m", prompt_data="/d", reward_fn="exact_match", tools=("python",),
+                        tool_rejoin_steps=DEFAULT_REJOIN_STEPS + 3)
+    assert build_toolbox(settings(cfg)).rejoin_steps == DEFAULT_REJOIN_STEPS + 3
+    # Search-R1's flags alone (and a plug-in's settings without the flag): the job's default
+    assert build_toolbox(search_settings("http://127.0.0.1:1/")).rejoin_steps == DEFAULT_REJOIN_STEPS
+
+
 def test_tool_names_are_tags() -> None:
     assert check_name("python") is None and check_name("my_api2") is None
     assert "expected letters" in check_name("a-b") and "expected letters" in check_name("2x")

@@ -304,6 +304,7 @@ OWN_FLAGS: dict[str, str] = {
     "tool_max_calls": "most calls of one tool per sample",
     "tool_max_result_tokens": "most tokens of one tool result",
     "tool_max_sample_tokens": "most tool-inserted tokens per sample",
+    "tool_rejoin_steps": "engine steps a sample back from a tool may wait to rejoin the batch with the next request's",
     "python_timeout": "wall seconds of one sandboxed python call",
     "python_cpu_s": "CPU seconds per process of a python call",
     "python_memory_mb": "address space per process of a python call",

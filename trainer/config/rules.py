@@ -418,7 +418,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
       "vllm_cudagraph_mode"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
     (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
-      "tool_max_sample_tokens"),
+      "tool_max_sample_tokens", "tool_rejoin_steps"),
      "--tools or --retriever_url (multi-turn tool rollouts)", lambda c: "rollouts are single-turn without tools",
      lambda c: bool(tool_names(c))),
     (("retriever_topk", "retriever_timeout", "retriever_retries", "retriever_outage_timeout"),

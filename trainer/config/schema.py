@@ -37,6 +37,8 @@ REDACTED = "<redacted>"
 #: (trainer.learn.model_worker.require_cuda), and rlrun's pre-submit check on a cluster without GPUs.
 CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel")
 #: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
+#: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
+DEFAULT_REJOIN_STEPS = 0
 CUDAGRAPH_MODES = ("full_and_piecewise", "full", "piecewise", "full_decode_only", "none")
 CudagraphMode = Literal[("auto", *CUDAGRAPH_MODES)]  # type: ignore[valid-type]
 
@@ -218,6 +220,11 @@ class TrainerConfig:
     tool_max_sample_tokens: int | None = flag(
         None, "Most tool-inserted tokens per sample: a result is cut to what is left of it, and a sample that "
         "used it all makes no more calls (as after --max_turns); default: --generate_max_len only.", group=R, ge=1,
+    )  # fmt: skip
+    tool_rejoin_steps: int = flag(
+        DEFAULT_REJOIN_STEPS, "Engine steps (vLLM) a sample back from a tool may wait for the samples of the next "
+        "tool request, so that both rejoin the batch in one step: a step where samples rejoin holds their prefill "
+        "and costs 2-3 decode steps whatever its size. 0: each rejoins as soon as its result is in.", group=R, ge=0,
     )  # fmt: skip
     python_timeout: float = flag(5.0, "Wall seconds of one python call; then its processes are killed.", group=R,
                                  gt=0)

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainer.config.schema import DEFAULT_REJOIN_STEPS
 from trainer.tools.base import Tool, check_name
 from trainer.tools.formats import JsonFormat, TagFormat
 from trainer.tools.toolbox import Toolbox
@@ -100,7 +101,8 @@ def build_toolbox(s: Mapping[str, Any], tokenizer: Any = None, tools: list[Tool]
     tools = build_tools(s) if tools is None else tools
     fmt = JsonFormat(tools, tokenizer) if s.get("tool_format", "tags") == "json" else TagFormat(tools)
     return Toolbox(tools, fmt, max_calls=s["max_turns"], tool_max_calls=parse_max_calls(s.get("tool_max_calls", ())),
-                   max_result_tokens=s.get("tool_max_result_tokens"), max_sample_tokens=s.get("tool_max_sample_tokens"))
+                   max_result_tokens=s.get("tool_max_result_tokens"), max_sample_tokens=s.get("tool_max_sample_tokens"),
+                   rejoin_steps=s.get("tool_rejoin_steps", DEFAULT_REJOIN_STEPS))
 
 
 def parse_max_calls(items: Any) -> dict[str, int]:

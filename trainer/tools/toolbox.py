@@ -51,7 +51,7 @@ class Toolbox:
 
     def __init__(self, tools: Sequence[Tool], fmt: TagFormat | JsonFormat, *, max_calls: int,
                  tool_max_calls: Mapping[str, int] | None = None, max_result_tokens: int | None = None,
-                 max_sample_tokens: int | None = None) -> None:
+                 max_sample_tokens: int | None = None, rejoin_steps: int = 0) -> None:
         if not tools:
             raise ValueError("a toolbox needs at least one tool")
         self.tools = {t.name: t for t in tools}
@@ -60,6 +60,9 @@ class Toolbox:
         self.tool_max_calls = dict(tool_max_calls or {})
         self.max_result_tokens = max_result_tokens
         self.max_sample_tokens = max_sample_tokens
+        # engine steps a sample back from a tool may wait for the next request's, to rejoin the batch together
+        # (trainer.rollout.multiturn.run_tool_rollout_streaming; --tool_rejoin_steps)
+        self.rejoin_steps = rejoin_steps
         self.errors_seen = 0  # the first few errors' texts are logged (the job's log), then every 1000th
 
     @property
