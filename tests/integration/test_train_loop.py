@@ -183,9 +183,11 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
         assert "timing/forward/critic" not in row, row
         for model in ("policy", "ref"):
             assert 0 < row[f"timing/forward/{model}"] < row["timing/make_experience"], (model, row)
-            # started after the driver's call, and it and the forward fit in the phase (one host's clock)
+            # the last rank started after the driver's call and within the phase (one host's clock). Not
+            # wait + forward < phase: the rank that started last need not be the one whose forward took longest
+            # (CI, 2026-11-28: 0.049 + 0.076 s in a phase of 0.122 s, two ranks)
             wait = row[f"timing/forward_wait/{model}"]
-            assert wait >= 0 and wait + row[f"timing/forward/{model}"] < row["timing/make_experience"], (model, row)
+            assert 0 <= wait < row["timing/make_experience"] - 0.001, (model, row)
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):
