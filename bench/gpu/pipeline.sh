@@ -276,19 +276,23 @@ stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass 
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
   # the 0.5B shape, then the demos' tiny model (issue 39: both, each beside one pass of the same tokens; MT_ONLY05:
   # the 0.5B alone; MT_MODELS: which of the two), each once per engine CUDA-graph mode in MT_MODES ("-": vLLM's own, the default; full: the
-  # steps with a prefill in whole graphs too); MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's 512)
+  # steps with a prefill in whole graphs too) and per --rejoin-steps in MT_REJOIN ("-": the job's default);
+  # MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's 512)
   local capture=() mode model rc=0
   [ -n "${MT_CAPTURE:-}" ] && capture=(--capture "$MT_CAPTURE")
   local models=${MT_MODELS:-m05 tiny}
   [ -n "${MT_ONLY05:-}" ] && models=m05
   for model in $models; do
     for mode in ${MT_MODES:--}; do
-      local how=()
-      [ "$mode" != - ] && how=(--cudagraph-mode "$mode")
-      [ "$model" = m05 ] && how+=(--model $work/m05 --teach-lr 3e-4)
-      echo "== $model, CUDA graphs: $mode"
-      CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py \
-        --repeats 7 "${capture[@]}" "${how[@]}" || rc=1
+      for rejoin in ${MT_REJOIN:--}; do
+        local how=()
+        [ "$mode" != - ] && how=(--cudagraph-mode "$mode")
+        [ "$rejoin" != - ] && how+=(--rejoin-steps "$rejoin")
+        [ "$model" = m05 ] && how+=(--model $work/m05 --teach-lr 3e-4)
+        echo "== $model, CUDA graphs: $mode, rejoin steps: $rejoin"
+        CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} VLLM_WORKER_MULTIPROC_METHOD=spawn python3 bench/multiturn.py \
+          --repeats 7 "${capture[@]}" "${how[@]}" || rc=1
+      done
     done
   done
   return $rc
