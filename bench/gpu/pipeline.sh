@@ -49,7 +49,7 @@
 #            GPUs, site.yml + `rlrun submit` (0-3; H200s: 141 GB a GPU)
 #   tools    (2 GPUs, TOOLS_GPUS) tiny-search through the trainer with vLLM engines and an evaluation, then with
 #            the HF engine (bench/tool_curve.py): the multi-turn code on GPUs
-#   pre      (x4) inputs, beside check1 on GPU 3
+#   pre      (x4) inputs, beside check1 on GPU 3 (PRE_MT=1: and multiturn, the 0.5B on GPU 1, tiny on 2)
 #   par      (x4) logprob7b on 0-1, then multiturn on 0; beside tools on 2-3, then multiturn at the 0.5B shape with
 #            CUDA graphs up to 2048 tokens on 2
 set -uo pipefail
@@ -275,10 +275,10 @@ stage_multiturn() {  # one GPU: the multi-turn rollout's overhead over one pass 
   gpu_free "${STEP1_GPU:-0}"
   # spawn: the bench touched CUDA before vLLM starts its engine core (a forked child cannot initialise it)
   # the 0.5B shape, then the demos' tiny model (issue 39: both, each beside one pass of the same tokens; MT_ONLY05:
-  # the 0.5B alone; MT_MODELS: which of the two), each once per engine CUDA-graph mode in MT_MODES ("-": vLLM's own, the default; full: the
-  # steps with a prefill in whole graphs too) and per --rejoin-steps in MT_REJOIN ("-": the job's default);
-  # MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's 512)
-  local capture=() mode model rc=0
+  # the 0.5B alone; MT_MODELS: which of the two), each once per engine CUDA-graph mode in MT_MODES ("-": vLLM's
+  # own, the default; full: the steps with a prefill in whole graphs too) and per --rejoin-steps in MT_REJOIN
+  # ("-": the job's default); MT_CAPTURE: the engine's largest CUDA graph, tokens (vLLM's 512)
+  local capture=() mode model rejoin rc=0
   [ -n "${MT_CAPTURE:-}" ] && capture=(--capture "$MT_CAPTURE")
   local models=${MT_MODELS:-m05 tiny}
   [ -n "${MT_ONLY05:-}" ] && models=m05

@@ -36,9 +36,9 @@ REDACTED = "<redacted>"
 #: Flags whose kernels need CUDA GPUs on the nodes: the ranks refuse them at start-up without one
 #: (trainer.learn.model_worker.require_cuda), and rlrun's pre-submit check on a cluster without GPUs.
 CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel")
-#: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
 DEFAULT_REJOIN_STEPS = 0
+#: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
 CUDAGRAPH_MODES = ("full_and_piecewise", "full", "piecewise", "full_decode_only", "none")
 CudagraphMode = Literal[("auto", *CUDAGRAPH_MODES)]  # type: ignore[valid-type]
 
