@@ -364,10 +364,12 @@ def run_tool_rollout_streaming(
     back: list[int] = []  # back from a tool, to rejoin the batch together
     held_since = 0  # the engine step when the first of them came back
 
-    def rejoin() -> None:
+    def rejoin() -> None:  # bookkeeping between turns, as the rest of other_s
+        t = time.perf_counter()
         for i in back:
             submit(i)
         back.clear()
+        stats.other_s += time.perf_counter() - t
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlrun-tool")
     try:
@@ -406,9 +408,7 @@ def run_tool_rollout_streaming(
             if waiting and inflight is None:
                 inflight, waiting = pool.submit(ask, waiting), []
             if back and (inflight is None or not stepper.pending() or stats.steps - held_since >= rejoin_steps):
-                t3 = time.perf_counter()
                 rejoin()  # no other request out (nothing to wait for), the engine idle, or waited long enough
-                stats.other_s += time.perf_counter() - t3
     except BaseException:
         stepper.abort()
         raise
