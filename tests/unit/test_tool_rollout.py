@@ -279,8 +279,9 @@ def test_samples_that_end_their_turn_together_share_one_request() -> None:
 
 def _two_waves(rejoin_steps):
     """Sample 1 searches first; sample 2 ends its turn while sample 1's request is out, so it goes in a second
-    request; sample 3 decodes throughout. The engine answers request "a" at step ``at_a`` and "b" 3 steps later
-    (each step waits for the tool thread to have answered, so the timing is the test's, not the machine's)."""
+    request; sample 3 decodes throughout. The engine lets request "a" be answered in step ``at_a`` and "b" 6
+    steps later, and waits in that step for the tool thread's answer (so the timing is the test's, not the
+    machine's; on a loaded machine the loop may still see an answer one step late)."""
     first, second = "<search>a</search>", "xx<search>b</search>"
     at_a = len(ids(second)) + 2
     release = {"a": threading.Event(), "b": threading.Event()}
@@ -296,7 +297,7 @@ def _two_waves(rejoin_steps):
                 answered[q].set()
 
     def answer(stepper):
-        for q, at in (("a", at_a), ("b", at_a + 3)):
+        for q, at in (("a", at_a), ("b", at_a + 6)):
             if stepper.steps == at:
                 release[q].set()
                 assert answered[q].wait(10)
@@ -307,20 +308,22 @@ def _two_waves(rejoin_steps):
                                          rejoin_steps=rejoin_steps)
     assert tool.batches == [["a"], ["b"]]
     again = {k: [t for e, key, t in stepper.events if e == "submit" and key == k][1] for k in (0, 1)}
-    return rows, stats, again, at_a + 1  # the step that answered "a" (the hook runs before a step is counted)
+    a = at_a + 1  # the step that answered "a" (the hook runs before a step is counted)
+    return rows, stats, again, a, a + 6
 
 
 def test_samples_back_from_a_tool_rejoin_with_the_next_request_when_they_may_wait() -> None:
-    alone, alone_stats, again, at_a = _two_waves(rejoin_steps=0)
-    assert again == {0: at_a, 1: at_a + 3}  # each as soon as its answer is in: two steps with a prefill
+    alone, alone_stats, again, a, b = _two_waves(rejoin_steps=0)
+    # each as soon as its answer is in: two steps with a prefill (an answer may be seen one step late)
+    assert again[0] in (a, a + 1) and again[1] in (b, b + 1), again
     assert alone_stats.joined_steps == 3  # the prompts, then each request's sample
-    held, held_stats, again, at_a = _two_waves(rejoin_steps=8)
-    assert again == {0: at_a + 3, 1: at_a + 3}  # sample 1 waited for sample 2's answer: one step with a prefill
+    held, held_stats, again, a, b = _two_waves(rejoin_steps=10)
+    assert again[0] == again[1] and again[1] in (b, b + 1), again  # sample 1 waited for sample 2's answer
     assert held_stats.joined_steps == 2
     key = [(r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason) for r in alone]
     assert [(r.response, r.action_mask, r.turns, r.tool_calls, r.finish_reason) for r in held] == key
-    _, _, again, at_a = _two_waves(rejoin_steps=2)  # waits 2 steps at most: alone again, 2 steps late
-    assert again == {0: at_a + 2, 1: at_a + 3}
+    _, _, again, a, b = _two_waves(rejoin_steps=2)  # waits 2 steps at most: alone again, 2 steps late
+    assert again[0] in (a + 2, a + 3) and again[1] in (b, b + 1), again
     with pytest.raises(ValueError, match="rejoin_steps must be >= 0"):
         _stream(MIXED, ["Q1"], rejoin_steps=-1)
 
