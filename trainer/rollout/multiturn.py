@@ -323,7 +323,7 @@ def run_tool_rollout_streaming(
     in the next), and each goes back into the running batch with its passages once the answer is in.
     ``stats.tool_s`` is the requests' own time (with tokenizing the passages), which overlaps decoding.
 
-    ``rejoin_steps`` (default: the toolbox's ``rejoin_steps``, else 0): how many engine steps samples back from a
+    ``rejoin_steps`` (default: the toolbox's, --tool_rejoin_steps): how many engine steps samples back from a
     tool may wait for the next request's samples, so that both rejoin the batch in one step. A step in which
     samples rejoin holds their prefill and costs 2-3 decode steps whatever its size (vLLM, 0.5B on an H200 and
     the tiny model on 2 CPUs), so fewer, larger waves cost less. They never wait while the engine has nothing
@@ -333,7 +333,7 @@ def run_tool_rollout_streaming(
     _check_max_turns(max_turns)
     box = as_toolbox(tool, max_turns)
     if rejoin_steps is None:
-        rejoin_steps = getattr(box, "rejoin_steps", 0)
+        rejoin_steps = box.rejoin_steps
     if rejoin_steps < 0:
         raise ValueError(f"rejoin_steps must be >= 0 (engine steps a sample back from a tool may wait), got {rejoin_steps}")
     stats = RolloutStats()
@@ -375,9 +375,7 @@ def run_tool_rollout_streaming(
     try:
         for i in range(len(rows)):
             submit(i)
-        while stepper.pending() or waiting or inflight is not None or back:
-            if back and (not stepper.pending() or stats.steps - held_since >= rejoin_steps):
-                rejoin()  # the engine would stand idle, or they have waited long enough
+        while stepper.pending() or waiting or inflight is not None:  # `back` is held only while a request is out
             if stepper.pending():
                 t0 = time.perf_counter()
                 ended = stepper.step()
