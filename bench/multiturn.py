@@ -75,6 +75,8 @@ def task(tool: str, work: Path) -> tuple[list[dict], list[str]]:
 
 
 def main() -> int:
+    from trainer.config import CUDAGRAPH_MODES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tool", choices=("search", "python"), default="search")
     parser.add_argument("--repeats", type=int, default=11)
@@ -92,7 +94,7 @@ def main() -> int:
     parser.add_argument("--capture", type=int, default=None,
                         help="on a GPU: the largest step (tokens) the engine captures a CUDA graph for (vLLM's "
                              "max_cudagraph_capture_size; its default: 512, or twice max_num_seqs when smaller)")
-    parser.add_argument("--cudagraph-mode", choices=("full_and_piecewise", "full", "piecewise"), default=None,
+    parser.add_argument("--cudagraph-mode", choices=CUDAGRAPH_MODES, default=None,
                         help="on a GPU: which steps run as CUDA graphs (--vllm_cudagraph_mode; vLLM's default "
                              "full_and_piecewise runs a step with a prefill, where samples rejoin from the tool, "
                              "with its attention outside the graphs; full: whole graphs for those too)")

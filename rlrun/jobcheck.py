@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from rlrun.dashboard import list_nodes, reward_health
@@ -165,14 +165,13 @@ def check_placement(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, r
     cpu_text = " + ".join(f"{r.what}: {r.count} x {r.cpu:g}" for r in reqs if r.count)
     report.lines.append(f"cluster: {view.describe()}")
     if not gpus:  # the ranks would stop at start-up (trainer.learn.model_worker): say so before any is placed
+        defaults = {f.name: f.default for f in fields(TrainerConfig)}
         for flag in CUDA_ONLY_FLAGS:
-            if getattr(cfg, flag):
-                report.problems.append(f"--{flag} needs CUDA GPUs and the cluster has none ({view.describe()}): "
-                                       f"drop it (--set {flag}=false) or run on GPU nodes")
-        if cfg.rollout_backend == "vllm" and cfg.vllm_cudagraph_mode != "auto":  # the CPU engines capture none
-            report.problems.append(f"--vllm_cudagraph_mode {cfg.vllm_cudagraph_mode} sets the CUDA graphs of GPU "
-                                   f"engines and the cluster has none ({view.describe()}): drop it "
-                                   "(--set vllm_cudagraph_mode=auto) or run on GPU nodes")
+            value, default = getattr(cfg, flag), defaults[flag]
+            if value != default:  # a switch shows as its name, a choice with its value
+                shown, reset = ("", str(default).lower()) if isinstance(value, bool) else (f" {value}", default)
+                report.problems.append(f"--{flag}{shown} needs CUDA GPUs and the cluster has none "
+                                       f"({view.describe()}): drop it (--set {flag}={reset}) or run on GPU nodes")
     totals_ok = True
     if gpus:
         report.lines.append(f"GPUs: {_gpu_arithmetic(cfg)}; needs {need_gpu:g}, the cluster has {view.gpus:g}")

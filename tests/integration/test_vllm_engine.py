@@ -133,6 +133,13 @@ def long_prompt(engine) -> str:  # noqa: ANN001
 
 
 # --- both engines ----------------------------------------------------------------------------------------
+def test_a_cuda_graph_mode_is_refused_on_the_cpu_build_before_anything_loads(tmp_path) -> None:
+    from trainer.rollout.vllm_engine import VllmEngine
+
+    with pytest.raises(ValueError, match="cudagraph_mode 'piecewise': vLLM's CPU build captures no CUDA graphs"):
+        VllmEngine(str(tmp_path / "no-model"), cudagraph_mode="piecewise")
+
+
 def test_generates_n_samples_per_prompt(engine) -> None:  # noqa: ANN001
     prompts = PROMPTS[:3]
     samples = engine.generate(prompts, n=3, temperature=1.0, top_p=0.9, max_new_tokens=MAX_NEW, seed=7)

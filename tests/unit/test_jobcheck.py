@@ -145,9 +145,9 @@ def test_a_gpu_kernel_flag_on_a_cpu_cluster_is_refused_before_submit(flag):
 def test_a_cuda_graph_mode_on_a_cpu_cluster_is_refused_before_submit():
     cfg, gpus = job("tiny-rloo", "vllm_cudagraph_mode=piecewise", "enforce_eager=false")
     report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
-    assert report.problems == ["--vllm_cudagraph_mode piecewise sets the CUDA graphs of GPU engines and the cluster "
-                               "has none (1 node (127.0.0.2 (head): 0 GPUs 2 CPUs)): drop it (--set "
-                               "vllm_cudagraph_mode=auto) or run on GPU nodes"]
+    assert report.problems == ["--vllm_cudagraph_mode piecewise needs CUDA GPUs and the cluster has none (1 node "
+                               "(127.0.0.2 (head): 0 GPUs 2 CPUs)): drop it (--set vllm_cudagraph_mode=auto) or run "
+                               "on GPU nodes"]
     assert check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=True).ok
     assert check(job("tiny-rloo")[0], healthy(ONE_MACHINE), expects_gpus=gpus).ok  # auto: nothing to refuse
 

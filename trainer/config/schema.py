@@ -33,9 +33,10 @@ KlEstimator = Literal["k1", "k2", "k3"]
 # Placeholder value of a bare ``--use_wandb`` (see its help) and what a redacted W&B key shows.
 WANDB_FROM_ENV = "env"
 REDACTED = "<redacted>"
-#: Flags whose kernels need CUDA GPUs on the nodes: the ranks refuse them at start-up without one
-#: (trainer.learn.model_worker.require_cuda), and rlrun's pre-submit check on a cluster without GPUs.
-CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel")
+#: Flags that need CUDA GPUs on the nodes when set away from their defaults: the ranks refuse them at start-up
+#: without one (trainer.learn.model_worker.require_cuda), the engines theirs (VllmEngine's cudagraph_mode), and
+#: rlrun's pre-submit check on a cluster without GPUs.
+CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode")
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
 DEFAULT_REJOIN_STEPS = 0
 #: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).

@@ -78,7 +78,7 @@ class VllmEngine(RolloutEngine):
         enable_prefix_caching: vLLM automatic prefix caching.
         enable_sleep: allow :meth:`sleep` (GPU only; ignored with a warning on CPU).
         enforce_eager: no CUDA graphs.
-        cudagraph_mode: GPU only: which steps run as CUDA graphs (one of :data:`CUDAGRAPH_MODES`; None: vLLM's
+        cudagraph_mode: GPU only (refused on the CPU build): which steps run as CUDA graphs (one of :data:`CUDAGRAPH_MODES`; None: vLLM's
             own, ``full_and_piecewise``: whole-model graphs for decode-only steps, per-piece graphs with the
             attention outside them for steps that hold a prefill). ``full``: whole-model graphs for every step
             up to the largest captured size, prefills included, where the attention backend allows it
@@ -118,6 +118,8 @@ class VllmEngine(RolloutEngine):
         if sleep_level not in (1, 2):
             raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
         self.on_cpu = bool(current_platform.is_cpu())
+        if cudagraph_mode is not None and self.on_cpu:
+            raise ValueError(f"cudagraph_mode {cudagraph_mode!r}: vLLM's CPU build captures no CUDA graphs (drop it)")
         if in_process is None:
             in_process = self.on_cpu
         if in_process:
@@ -163,12 +165,9 @@ class VllmEngine(RolloutEngine):
                                                                    checkpoint_bytes(model_path), tensor_parallel_size)
                 log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
         kwargs.update(llm_kwargs)
-        if cudagraph_mode is not None:
-            if self.on_cpu:
-                log.warning("vLLM's CPU build captures no CUDA graphs: cudagraph_mode %s ignored", cudagraph_mode)
-            else:  # beside the caller's other compilation settings (the largest captured size, for one)
-                kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
-                                                "cudagraph_mode": cudagraph_mode.upper()}
+        if cudagraph_mode is not None:  # beside the caller's other compilation settings (the largest graph, say)
+            kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
+                                            "cudagraph_mode": cudagraph_mode.upper()}
         if kwargs.get("distributed_executor_backend") == "ray":
             vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
         self.model_path = str(model_path)
