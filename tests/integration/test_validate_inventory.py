@@ -3,15 +3,15 @@ each is refused by `rlrun validate` with a message naming the file, the variable
 expected, and by `ansible-playbook site.yml` with the same message before any host is touched: no fact
 gathered, no connection, no state dir, no temp dir, no token written, nothing changed.
 
-The playbook runs are made once per case by a module fixture (about 1 s each); the in-process checks are
-pure."""
+The playbook runs are made once per case by a module fixture, forked from one process that imported Ansible
+once (about 0.4 s each, two at a time); the in-process checks are pure."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import sys
 from pathlib import Path
 
 import pytest
@@ -391,14 +391,19 @@ def cases(tmp_path_factory):
         out[label] = {"root": root, "inv": inv, "before": before, "problems": [str(p) for p in report.problems],
                       "after_validate": _tree(root)}
 
-    def run(label):
-        case = out[label]
-        return label, playbook(case["inv"], "site.yml", timeout=300)
-
-    with ThreadPoolExecutor(2) as pool:
-        for label, result in pool.map(run, [c[0] for c in CASES]):
-            out[label]["play"] = result
-            out[label]["after_play"] = _tree(out[label]["root"])
+    # `ansible-playbook -i INV site.yml` for every case, two at a time, forked from one process that imported
+    # Ansible once (tests/integration/playbook_forks.py; test_forked_runs_are_the_scripts_runs compares one
+    # with the script's)
+    forks = tmp_path_factory.mktemp("forks")
+    invs = [str(out[label]["inv"]) for label, _, _ in CASES]
+    subprocess.run([sys.executable, "-m", "tests.integration.playbook_forks", str(PROJECT / "site.yml"),
+                    str(forks), "2", *invs], check=True, env=ansible_env(), cwd=PROJECT, timeout=900)
+    for i, (label, _, _) in enumerate(CASES):
+        argv = [str(BIN / "ansible-playbook"), "-i", invs[i], str(PROJECT / "site.yml")]
+        out[label]["play"] = subprocess.CompletedProcess(argv, int((forks / f"{i}.rc").read_text()),
+                                                         (forks / f"{i}.stdout").read_text(),
+                                                         (forks / f"{i}.stderr").read_text())
+        out[label]["after_play"] = _tree(out[label]["root"])
     yield out
     for case in out.values():
         shutil.rmtree(case["root"], ignore_errors=True)
@@ -426,6 +431,16 @@ def test_bad_inventory_is_refused_naming_file_variable_value_and_expectation(cas
     assert "TASK [" not in out and "PLAY RECAP" not in out  # the run ended before any task, anywhere
     assert case["after_play"] == case["before"], f"{label}: files appeared: {case['after_play'] - case['before']}"
     assert not (case["root"] / "state").exists() and not (case["inv"] / ".secrets").exists()
+
+
+def test_forked_runs_are_the_scripts_runs(cases):
+    """The fixture's forked runs print and exit exactly as the `ansible-playbook` script does on the same
+    inventory (one case, run both ways)."""
+    case = cases["three problems at once"]
+    script = playbook(case["inv"], "site.yml", timeout=300)
+    forked = case["play"]
+    assert script.returncode != 0
+    assert (forked.returncode, forked.stdout, forked.stderr) == (script.returncode, script.stdout, script.stderr)
 
 
 def test_the_base_inventory_and_the_examples_pass():
