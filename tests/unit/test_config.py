@@ -236,7 +236,7 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
                                             "CUDA graphs (drop one of them)"]),
     "whole CUDA graphs for prefills": (["--vllm_cudagraph_mode full"], (),
                                        ["--vllm_cudagraph_mode full: whole CUDA graphs for the steps that hold a "
-                                        "prefill changed what the engine samples", "expected auto, full_and_piecewise, "
+                                        "prefill make the engine compute wrong log-probs", "expected auto, full_and_piecewise, "
                                         "full_decode_only, piecewise or none"]),
     "unknown CUDA graph mode": (["--vllm_cudagraph_mode fast"], (),
                                 ["--vllm_cudagraph_mode 'fast': expected one of auto, full_and_piecewise, full"]),

@@ -597,10 +597,11 @@ def _rollout_backend(c: Config) -> Iterator[str]:
                 "off): add --colocate_all_models or drop --vllm_enable_sleep"
             )
         if c.vllm_cudagraph_mode == "full":
-            yield ("--vllm_cudagraph_mode full: whole CUDA graphs for the steps that hold a prefill changed what the "
-                   "engine samples (vLLM 0.26, 2026-11-28: a 0.5B model called its tool in 81 % of the samples "
-                   "against 98 % by default; torchtitan saw degenerate tokens, pytorch/torchtitan#3685); expected "
-                   "auto, full_and_piecewise, full_decode_only, piecewise or none")
+            yield ("--vllm_cudagraph_mode full: whole CUDA graphs for the steps that hold a prefill make the engine "
+                   "compute wrong log-probs (vLLM 0.26 on an H200, 2026-11-28: 0.84 nats off a transformers forward "
+                   "of the same tokens on average, NaN after a tool's result, against 0.001-0.004 by default; "
+                   "torchtitan saw degenerate tokens, pytorch/torchtitan#3685); expected auto, full_and_piecewise, "
+                   "full_decode_only, piecewise or none")
         elif c.enforce_eager and c.vllm_cudagraph_mode not in ("auto", "none"):
             yield (f"--vllm_cudagraph_mode {c.vllm_cudagraph_mode} with --enforce_eager: eager means no CUDA graphs "
                    "(drop one of them)")
