@@ -15,7 +15,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv dev demo up down status test check system-deps lint unit pytest molecule clean lane-1 lane-2 \
-	pytest-clusters pytest-rest molecule-cluster molecule-default molecule-multinode molecule-roles
+	pytest-clusters pytest-rest molecule-cluster molecule-roles
 
 # The venv in two steps: what the demo runs (the stack and rlrun, extra cpu), then the developer tools
 # (extra dev: ruff, yamllint, ansible-lint, molecule, pytest, ...) for the targets that lint and test.
@@ -54,8 +54,8 @@ status: venv
 # Then the unit tests alone, in two processes (pytest-xdist: they keep both cores busy, ~80 s), then two lanes
 # side by side (scripts/lanes.sh; each line prefixed with its lane's name):
 #   lane-1   lint, pytest-clusters (the one-node cluster, the multinode and Slurm labs, bad inventories), molecule
-#            multinode
-#   lane-2   pytest-rest (trainer, services, firewall lab, validation), molecule default, the role scenarios
+#            default + multinode
+#   lane-2   pytest-rest (trainer, services, firewall lab, validation), the role scenarios
 # They share no cluster, port, address range or state directory, and lane-1 spends much of its time waiting on
 # processes it started (Ray, sshd, Ansible's connections) while lane-2's trainer runs keep a core busy, so on
 # 2 cores they end well before the two one after the other. Within a lane a failure does not hide the lane's
@@ -63,8 +63,8 @@ status: venv
 test: system-deps dev unit
 	scripts/lanes.sh lane-1 lane-2
 
-lane-1: lint pytest-clusters molecule-multinode
-lane-2: pytest-rest molecule-default molecule-roles
+lane-1: lint pytest-clusters molecule-cluster
+lane-2: pytest-rest molecule-roles
 
 system-deps:
 	scripts/system-deps.sh
@@ -120,12 +120,8 @@ molecule: molecule-cluster molecule-roles
 MOLECULE_TIMED = s=$$1; t=$$(date +%s); molecule test -s $$s; rc=$$?; \
 	echo "=== molecule $$s: rc $$rc after $$(( $$(date +%s) - t )) s"; [ $$rc -eq 0 ]
 
-molecule-cluster: molecule-default molecule-multinode
-
-# default (~60 s) runs in lane 2 and multinode (~175 s) in lane 1: with both in lane 1 it ended ~80 s after
-# lane 2 (CI, 2026-11-28: 1454 s against 1376 s)
-molecule-default molecule-multinode: molecule-%: dev
-	sh -c '$(MOLECULE_TIMED)' _ $*
+molecule-cluster: dev
+	set -e; for s in default multinode; do sh -c '$(MOLECULE_TIMED)' _ $$s; done
 
 molecule-roles: dev
 	set -e; for s in $(MOLECULE_ROLES); do sh -c '$(MOLECULE_TIMED)' _ $$s; done

@@ -23,15 +23,15 @@ def _run(playbook: str, inventory: str, out: Path) -> int:
         f = os.open(out.with_suffix(f".{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(f, fd)
         os.close(f)
-    code = 1
-    try:
-        main(["ansible-playbook", "-i", inventory, playbook])
+    try:  # the script is `sys.exit(main())`; main() itself ends in sys.exit(exit_code)
+        status = main(["ansible-playbook", "-i", inventory, playbook])
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        status = exc.code
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return code
+    # what the interpreter makes of sys.exit(status): None is 0, a number itself, anything else 1
+    return 0 if status is None else int(status) if isinstance(status, int) else 1
 
 
 def main(argv: list[str]) -> int:
@@ -54,8 +54,16 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
-        if pid == 0:
-            os._exit(_run(playbook, inventory, out / str(i)))
+        if pid == 0:  # the child ends here whatever happens: never back in this loop, forking runs of its own
+            code = 70
+            try:
+                code = _run(playbook, inventory, out / str(i))
+            except BaseException:  # noqa: BLE001 - written where the test reads the run's stderr
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
         running[pid] = i
     while running:
         reap()
