@@ -41,6 +41,7 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
+NEVER = "\uffff"  # a noncharacter: in no text the tokenizers here decode, so a stop string behind it never matches
 
 
 def teach(model_dir: Path, prompts: list[str], targets: list[str], steps: int = 300, lr: float = 3e-3,
@@ -168,10 +169,13 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         # rollout asks for them (unless --skip_rollout_logprobs): a vLLM step with them costs ~46 % more at this
         # size on the CPU build (2026-11-27), which is no cost of the tools.
         lp = None if args.skip_logprobs else 0
-        # ``stops``: the turns' stop strings, which the engine's front end checks on every new token's text (never
-        # met before min_tokens: the same tokens, the checking's cost alone)
-        params = [SamplingParams(temperature=1.0, max_tokens=k, min_tokens=k, ignore_eos=True, seed=r * 100_000 + i,
-                                 logprobs=lp, stop=list(stops) or None, include_stop_str_in_output=bool(stops))
+        # Exactly k tokens each: ignore_eos, and no stop string that can match. No min_tokens: vLLM masks the stop
+        # tokens of such requests at every step (a cost the multi-turn side does not pay), and its front end
+        # checks no stop string before min_tokens (until 2026-11-28 the stop strings' column measured nothing).
+        # ``stops``: the turns' stop strings, each behind a character no tokenizer here produces (U+FFFF): the
+        # front end checks them on every new token's text as it checks the turns', and none ever matches.
+        params = [SamplingParams(temperature=1.0, max_tokens=k, ignore_eos=True, seed=r * 100_000 + i, logprobs=lp,
+                                 stop=[NEVER + s for s in stops] or None, include_stop_str_in_output=bool(stops))
                   for i, k in enumerate(lengths)]
         inner = engine.llm.llm_engine
         count = [0]
@@ -184,10 +188,13 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         inner.step = counted
         try:
             t0 = time.perf_counter()
-            engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
+            outs = engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
             took = time.perf_counter() - t0
         finally:
             del inner.step  # the class's method again
+        got = [len(o.outputs[0].token_ids) for o in outs]
+        if got != lengths:  # the one pass must generate exactly the multi-turn side's tokens, or the ratio is void
+            raise RuntimeError(f"the one pass generated {got[:8]}... tokens, asked for {lengths[:8]}...")
         return took, count[0]
 
     rows = []
