@@ -156,6 +156,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     engine = VllmEngine(str(work / "model"), enable_prefix_caching=True, max_model_len=192, seed=0,
                         gpu_memory_utilization=args.gpu_util, cudagraph_mode=args.cudagraph_mode, **extra)
     batch = prompts[:args.prompts]
+    probe = FrontEndProbe(engine.llm.llm_engine)
 
     def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> float:
         engine.reset_prefix_cache()
@@ -186,6 +187,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
             return step()
 
         inner.step = counted
+        probe.reset()
         try:
             t0 = time.perf_counter()
             outs = engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
@@ -195,21 +197,25 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         got = [len(o.outputs[0].token_ids) for o in outs]
         if got != lengths:  # the one pass must generate exactly the multi-turn side's tokens, or the ratio is void
             raise RuntimeError(f"the one pass generated {got[:8]}... tokens, asked for {lengths[:8]}...")
-        return took, count[0]
+        return took, count[0], dict(probe.seconds)
 
     rows = []
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
         engine.reset_prefix_cache()
+        probe.reset()
         t0 = time.perf_counter()
         samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
                                                     tools=settings, logprobs=not args.skip_logprobs)
         t_mt = time.perf_counter() - t0
-        t_base, base_steps = baseline(samples, r, with_inserted=False)
-        t_ins, _ = baseline(samples, r, with_inserted=True)
+        front = dict(probe.seconds)
+        t_base, base_steps, base_front = baseline(samples, r, with_inserted=False)
+        t_ins, _, _ = baseline(samples, r, with_inserted=True)
         stops = next(iter(engine.__dict__["_toolboxes"].values())).stops  # the toolbox generate_with_tools made
-        t_stops, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
+        t_stops, _, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
         if r:
             rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "stops": t_stops, "tool": stats["tool_s"],
+                         "core": front["core"], "outputs": front["outputs"], "adds": front["adds"],
+                         "add": front["add"], "base_core": base_front["core"], "base_outputs": base_front["outputs"],
                          "tokenize": stats["tokenize_s"], "other": stats["other_s"], "idle": stats["idle_s"],
                          "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_steps,
                          "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
@@ -228,6 +234,42 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     report(args, rows)
     if not args.no_check and not args.skip_logprobs:
         check(work / "model", samples, dtype)
+
+
+class FrontEndProbe:
+    """Where vLLM's front end (the process that steps ``LLMEngine``: the bench's, as in the trainer's engine actor)
+    spends a pass: ``core`` the seconds inside ``engine_core.get_output()`` (with the core in a process of its own,
+    the GPU default: waiting for the core's next step's outputs; in-process, the CPU default: the core's step
+    itself) over ``outputs`` calls, and ``add`` the seconds of ``LLMEngine.add_request`` over ``adds`` requests.
+    Whatever else a pass takes is the front end's own work: its output processing (detokenizing, stop strings,
+    log-probs) and, in the multi-turn loop, the turns' bookkeeping. A front end that waits little on a core of its
+    own is the bottleneck: the core then waits for requests it would already have had."""
+
+    def __init__(self, llm_engine) -> None:
+        self.seconds = {"core": 0.0, "outputs": 0, "add": 0.0, "adds": 0}
+        core, get_output, add_request = llm_engine.engine_core, llm_engine.engine_core.get_output, llm_engine.add_request
+
+        def timed_output():
+            t0 = time.perf_counter()
+            try:
+                return get_output()
+            finally:
+                self.seconds["core"] += time.perf_counter() - t0
+                self.seconds["outputs"] += 1
+
+        def timed_add(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return add_request(*a, **kw)
+            finally:
+                self.seconds["add"] += time.perf_counter() - t0
+                self.seconds["adds"] += 1
+
+        core.get_output = timed_output  # instance attributes over the methods, for the engine's life
+        llm_engine.add_request = timed_add
+
+    def reset(self) -> None:
+        self.seconds.update(core=0.0, outputs=0, add=0.0, adds=0)
 
 
 def check(model_dir: Path, samples, dtype) -> None:
@@ -286,6 +328,12 @@ def report(args, rows: list[dict]) -> None:
           f"({1000 * med['base'] / max(med['base_steps'], 1):.2f} ms each); idle, every unfinished sample waiting on "
           f"its tool: {share('idle'):.1f} %")
     decode_ms = 1000 * (med["gen"] - med["joined"]) / max(med["steps"] - med["joined_steps"], 1)
+    print(f"front end (the process stepping the engine): inside get_output, the core's outputs, multi-turn "
+          f"{share('core'):.1f} % of the one-pass time ({med['outputs']:.0f} outputs, "
+          f"{1000 * med['core'] / max(med['outputs'], 1):.2f} ms each), one pass {share('base_core'):.1f} % "
+          f"({med['base_outputs']:.0f}, {1000 * med['base_core'] / max(med['base_outputs'], 1):.2f} ms each); "
+          f"add_request {1000 * med['add'] / max(med['adds'], 1):.3f} ms each ({med['adds']:.0f} requests, "
+          f"{share('add'):.1f} %); the rest of each pass is the front end's own work")
     print(f"  of the multi-turn steps: {med['joined_steps']:.0f} right after requests joined (the prompts, samples "
           f"back from a tool: their prefill beside the others' decoding), {1000 * med['joined'] / max(med['joined_steps'], 1):.2f} "
           f"ms each, {share('joined'):.1f} % of the one-pass time; the others {decode_ms:.2f} ms each")
