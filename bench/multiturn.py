@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import shutil
 import statistics
@@ -188,6 +189,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
 
         inner.step = counted
         probe.reset()
+        gc.collect()  # each pass starts with nothing for the collector to do (a collection inside one is noise)
         try:
             t0 = time.perf_counter()
             outs = engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
@@ -203,6 +205,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
         engine.reset_prefix_cache()
         probe.reset()
+        gc.collect()
         t0 = time.perf_counter()
         samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
                                                     tools=settings, logprobs=not args.skip_logprobs)
