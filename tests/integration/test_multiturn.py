@@ -131,7 +131,9 @@ def test_two_ppo_steps_with_search_and_state_masking(env, private_ray):
              # resolved in the unit tests, and on the netns clusters of molecule multinode).
              "--retriever_url", f"http://127.0.0.1:{env['port']}/retrieve", "--max_turns", "2",
              "--retriever_topk", "2", "--state_masking",
-             "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--enable_prefix_caching",
+             # eager: the loop with a critic is tested here, not vLLM's compilation (the curve test below keeps
+             # tiny-search's compiled engine; test_vllm_engine's in-process one is compiled too)
+             "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--enable_prefix_caching", "--enforce_eager",
              "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--ref_num_nodes", "1",
              "--ref_num_gpus_per_node", "1", "--critic_num_nodes", "1", "--critic_num_gpus_per_node", "1",
              "--advantage_estimator", "gae", "--init_kl_coef", "0.001", "--kl_estimator", "k1",

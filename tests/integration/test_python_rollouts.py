@@ -87,7 +87,9 @@ def test_two_grpo_steps_with_the_python_tool_on_vllm(env, private_ray):
     flags = ["--pretrain", str(d / "model"), "--prompt_data", str(d / "questions.jsonl"), "--input_key", "question",
              "--label_key", "golden_answers", "--apply_chat_template", "--reward_fn", "exact_match",
              "--tools", "python", "--max_turns", "1", "--state_masking", "--python_timeout", "5",
-             "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--enable_prefix_caching",
+             # eager: the python tool through the loop is tested here, not vLLM's compilation (test_multiturn's
+             # curve test and test_vllm_engine keep compiled engines), ~18 s of CPU less
+             "--rollout_backend", "vllm", "--vllm_num_engines", "1", "--enable_prefix_caching", "--enforce_eager",
              "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--advantage_estimator", "group_norm",
              "--init_kl_coef", "0", "--temperature", "0.5", "--n_samples_per_prompt", "4", "--rollout_batch_size", "4",
              "--micro_rollout_batch_size", "4", "--train_batch_size", "16", "--micro_train_batch_size", "8",
