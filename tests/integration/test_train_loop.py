@@ -113,8 +113,8 @@ def _one_rank(ray, tmp, torn):
 
 def _colocated(ray, tmp):
     """The vLLM engine colocated with the policy, prefix caching on, its log-probs the old ones: the run's
-    rows, its output and the /dev/shm bucket files it left behind. The module's one vLLM run (a vLLM start
-    costs a minute of CPU here): an engine in a placement of its own, its weights broadcast, is
+    rows, its output and the /dev/shm bucket files it left behind. The module's one vLLM run (an eager vLLM
+    start costs ~20 s of CPU here, a compiled one ~40 s): an engine in a placement of its own, its weights broadcast, is
     test_resilience's two-engine run and test_multiturn's."""
     from trainer.weights.shared import SHM_DIR, SHM_PREFIX
 
@@ -122,7 +122,10 @@ def _colocated(ray, tmp):
     rows, out = _run(ray, tmp / "vllm", tmp / "vllm" / "colocated", 1, "--rollout_backend", "vllm",
                      "--vllm_num_engines", "1", "--vllm_tensor_parallel_size", "1", "--colocate_all_models",
                      "--actor_num_gpus_per_node", "1", "--micro_train_batch_size", "4", "--sync_bucket_bytes", "300000",
-                     "--enable_prefix_caching", "--old_logprobs", "rollout")
+                     "--enable_prefix_caching", "--old_logprobs", "rollout",
+                     # eager: a compiled engine taking pushed weights is test_vllm_engine's (in-process, shared
+                     # buckets and a gloo group) and test_multiturn's curve runs' (broadcast every step)
+                     "--enforce_eager")
     return rows, out, set(SHM_DIR.glob(SHM_PREFIX + "*")) - before
 
 
