@@ -22,7 +22,9 @@ time; in the streaming loop they overlap the decoding), tokenizing the results, 
 and the prefill of the inserted tokens: a second baseline whose prompts hold each sample's inserted tokens
 (``baseline + inserted``) costs that much more than the plain one. And the engine steps of each (a pass lasts
 as many steps as its longest sample; the time per step says whether the extra time is more steps or dearer
-ones) and the time the loop stood idle, every unfinished sample waiting on its tool.
+ones) and the time the loop stood idle, every unfinished sample waiting on its tool. And where vLLM's front end
+spent each side's pass (:class:`FrontEndProbe`): waiting on the core, adding requests, its own work. Python's
+garbage is collected before every timed pass (a collection inside a ~0.35 s pass is noise of tens of per cent).
 
     python bench/multiturn.py [--tool search|python] [--repeats 11]
 """

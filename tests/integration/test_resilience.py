@@ -230,7 +230,7 @@ def runs(private_ray, tmp):
     vllm = tmp / "vllm"
     jobs = {
         # eager engines: what is tested is the kill and the group's re-forming, not vLLM's compilation (which
-        # test_vllm_engine's in-process engine and test_train_loop's colocated one cover), ~18 s of CPU a start
+        # test_vllm_engine's in-process engine and test_multiturn's curve runs cover), ~18 s of CPU a start
         "vllm_killed": lambda: _run(private_ray, vllm, "killed", _flags(vllm, vllm / "killed", (
             "--rollout_backend", "vllm", "--vllm_num_engines", "2", "--micro_train_batch_size", "4",
             "--enforce_eager")), kill="vLLM engine (TP 1) 1"),
