@@ -161,7 +161,7 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
     batch = prompts[:args.prompts]
     probe = FrontEndProbe(engine.llm.llm_engine)
 
-    def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> float:
+    def baseline(samples, r: int, with_inserted: bool, stops: tuple[str, ...] = ()) -> tuple[float, dict]:
         engine.reset_prefix_cache()
         lengths = [max(sum(s.action_mask), 1) for s in samples]
         contexts = [s.prompt_token_ids + ([t for t, m in zip(s.response_token_ids, s.action_mask, strict=True) if m == 0]
@@ -181,48 +181,29 @@ def run_pairs(args, work: Path, prompts: list[str], settings: dict) -> None:
         params = [SamplingParams(temperature=1.0, max_tokens=k, ignore_eos=True, seed=r * 100_000 + i, logprobs=lp,
                                  stop=[NEVER + s for s in stops] or None, include_stop_str_in_output=bool(stops))
                   for i, k in enumerate(lengths)]
-        inner = engine.llm.llm_engine
-        count = [0]
-        step = inner.step
-
-        def counted():  # LLM.generate steps the engine through llm_engine.step(), on vLLM 0.26 and 0.32
-            count[0] += 1
-            return step()
-
-        inner.step = counted
-        probe.reset()
-        gc.collect()  # each pass starts with nothing for the collector to do (a collection inside one is noise)
-        try:
-            t0 = time.perf_counter()
-            outs = engine.llm.generate([TokensPrompt(prompt_token_ids=c) for c in contexts], params, use_tqdm=False)
-            took = time.perf_counter() - t0
-        finally:
-            del inner.step  # the class's method again
+        outs, took, front = probe.timed(engine.llm.generate, [TokensPrompt(prompt_token_ids=c) for c in contexts],
+                                        params, use_tqdm=False)
         got = [len(o.outputs[0].token_ids) for o in outs]
         if got != lengths:  # the one pass must generate exactly the multi-turn side's tokens, or the ratio is void
             raise RuntimeError(f"the one pass generated {got[:8]}... tokens, asked for {lengths[:8]}...")
-        return took, count[0], dict(probe.seconds)
+        return took, front
 
     rows = []
     for r in range(args.repeats + 1):  # the first pair warms up (compilation, caches)
         engine.reset_prefix_cache()
-        probe.reset()
-        gc.collect()
-        t0 = time.perf_counter()
-        samples, stats = engine.generate_with_tools(batch, n=args.n, temperature=1.0, max_new_tokens=128, seed=r,
-                                                    tools=settings, logprobs=not args.skip_logprobs)
-        t_mt = time.perf_counter() - t0
-        front = dict(probe.seconds)
-        t_base, base_steps, base_front = baseline(samples, r, with_inserted=False)
-        t_ins, _, _ = baseline(samples, r, with_inserted=True)
+        (samples, stats), t_mt, front = probe.timed(engine.generate_with_tools, batch, n=args.n, temperature=1.0,
+                                                    max_new_tokens=128, seed=r, tools=settings,
+                                                    logprobs=not args.skip_logprobs)
+        t_base, base_front = baseline(samples, r, with_inserted=False)
+        t_ins, _ = baseline(samples, r, with_inserted=True)
         stops = next(iter(engine.__dict__["_toolboxes"].values())).stops  # the toolbox generate_with_tools made
-        t_stops, _, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
+        t_stops, _ = baseline(samples, r, with_inserted=False, stops=tuple(stops))
         if r:
             rows.append({"mt": t_mt, "base": t_base, "ins": t_ins, "stops": t_stops, "tool": stats["tool_s"],
                          "core": front["core"], "outputs": front["outputs"], "adds": front["adds"],
                          "add": front["add"], "base_core": base_front["core"], "base_outputs": base_front["outputs"],
                          "tokenize": stats["tokenize_s"], "other": stats["other_s"], "idle": stats["idle_s"],
-                         "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_steps,
+                         "gen": stats["generate_s"], "steps": stats["steps"], "base_steps": base_front["outputs"],
                          "joined_steps": stats["joined_steps"], "joined": stats["joined_s"],
                          "called": sum(s.tool_calls > 0 for s in samples) / len(samples),
                          "errors": sum(v for k, v in stats.items() if k.endswith("/errors"))})
@@ -273,8 +254,16 @@ class FrontEndProbe:
         core.get_output = timed_output  # instance attributes over the methods, for the engine's life
         llm_engine.add_request = timed_add
 
-    def reset(self) -> None:
+    def timed(self, run, *args, **kwargs):
+        """``run(*args, **kwargs)`` as one timed pass: Python's garbage collected first (a collection inside a
+        ~0.35 s pass is noise of tens of per cent), the counters from zero; its result, its seconds and the
+        counters. ``outputs`` is also the pass's engine steps: ``LLMEngine.step()`` takes one output of the core
+        each (vLLM 0.26 and 0.32)."""
         self.seconds.update(core=0.0, outputs=0, add=0.0, adds=0)
+        gc.collect()
+        t0 = time.perf_counter()
+        result = run(*args, **kwargs)
+        return result, time.perf_counter() - t0, dict(self.seconds)
 
 
 def check(model_dir: Path, samples, dtype) -> None:
