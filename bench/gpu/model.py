@@ -2,9 +2,10 @@
 
 No model hub is reachable from the GPU machines, so the benchmarks train a model made here: Qwen2
 architecture (q/k/v biases, GQA 14/2 heads, tied embeddings) with Qwen2.5-0.5B's sizes (hidden 896,
-24 layers, MLP 4864, vocab 151936; 494M parameters). The tokenizer is :mod:`trainer.tiny`'s char-level
-one, its vocabulary padded with filler tokens ``<x123>`` up to the model's, so that every id a random
-model samples decodes to text (the reward function sees it) and the logits keep the real vocab's cost.
+24 layers, MLP 4864, vocab 151936; 494M parameters). The tokenizer has :mod:`trainer.tiny`'s characters, one
+token each, written as a Qwen2 (byte-level) tokenizer, its vocabulary padded with filler tokens ``<x123>`` up to
+the model's, so that every id a random model samples decodes to text (the reward function sees it) and the
+logits keep the real vocab's cost.
 
     python bench/gpu/model.py OUT_DIR [--layers 24 --hidden 896 ... --dtype bfloat16]
 """
@@ -29,25 +30,45 @@ QWEN25_32B = dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=6
 SHAPES = {"0.5b": (QWEN25_05B, True), "7b": (QWEN25_7B, False), "32b": (QWEN25_32B, False)}
 
 
+def byte_level(text: str) -> str:
+    """``text``'s UTF-8 bytes as byte-level BPE writes them in a vocabulary (GPT-2's byte-to-unicode map, which
+    Qwen2's tokenizer uses): printable bytes stand for themselves, the others (space, newline, ...) for the
+    code points from 256 on, in byte order (space is ``Ġ``, newline ``Ċ``)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)]
+    shifted = {b: chr(256 + i) for i, b in enumerate(b for b in range(256) if b not in printable)}
+    return "".join(chr(b) if b in printable else shifted[b] for b in text.encode())
+
+
 def build_padded_tokenizer(vocab_size: int):
-    """trainer.tiny's char tokenizer with filler tokens ``<xN>`` for the ids up to ``vocab_size``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """trainer.tiny's characters as a Qwen2 tokenizer, with filler tokens ``<xN>`` for the ids up to
+    ``vocab_size``.
+
+    A Qwen2 tokenizer, not the char tokenizer itself: transformers 5 loads every directory whose config says
+    ``model_type: qwen2`` with its ``Qwen2Tokenizer``, which rebuilds the pipeline from the saved vocabulary
+    (byte-level pre-tokenizer, NFC) whatever tokenizer.json says. A plain char vocabulary then loses every
+    space and newline (``encode("\\n") == []``; verl's Qwen chat handling refused it, 2026-11-28). Written as
+    byte-level tokens with no merges, each character is one token, the same after that rebuild."""
+    from transformers import AddedToken, Qwen2Tokenizer
 
     from trainer import tiny
 
-    vocab = {tok: i for i, tok in enumerate((*tiny.SPECIAL_TOKENS, *tiny.CHARACTERS))}
+    chars = [byte_level(c) for c in tiny.CHARACTERS]
+    vocab = {tok: i for i, tok in enumerate((*tiny.SPECIAL_TOKENS, *chars))}
+    if len(vocab) != len(tiny.SPECIAL_TOKENS) + len(tiny.CHARACTERS):
+        raise ValueError("two characters share a byte-level token")
     if vocab_size < len(vocab):
         raise ValueError(f"vocab_size {vocab_size} is below the char tokenizer's {len(vocab)} tokens")
     vocab.update({f"<x{i}>": i for i in range(len(vocab), vocab_size)})
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=tiny.UNK))
-    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=tiny.PAD, eos_token=tiny.EOS, unk_token=tiny.UNK, bos_token=None,
-        additional_special_tokens=[tiny.IM_START, tiny.IM_END], padding_side="left", model_max_length=32768,
-        clean_up_tokenization_spaces=False)
+    tok = Qwen2Tokenizer(
+        vocab=vocab, merges=[], unk_token=tiny.UNK, eos_token=tiny.EOS, pad_token=tiny.PAD, bos_token=None,
+        padding_side="left", model_max_length=32768, clean_up_tokenization_spaces=False)
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken(t, special=True)
+                                                          for t in (tiny.IM_START, tiny.IM_END)]})
     tok.chat_template = tiny.CHAT_TEMPLATE
+    ids = tok.encode(tiny.CHARACTERS, add_special_tokens=False)
+    if ids != list(range(len(tiny.SPECIAL_TOKENS), len(tiny.SPECIAL_TOKENS) + len(tiny.CHARACTERS))):
+        raise RuntimeError(f"the tokenizer does not give one token per character: {ids}")
     return tok
 
 

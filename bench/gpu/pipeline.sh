@@ -76,8 +76,9 @@ stage_inputs() {
     [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   fi
   # TP 4 needs attention heads that 4 divides (Qwen2.5-0.5B has 14): the 0.5B shape with 16 heads of 64
-  [ -f $work/m05h16/params.json ] || python3 bench/gpu/model.py $work/m05h16 --hidden-size 1024 \
-    --num-attention-heads 16 --num-key-value-heads 4 || return 1
+  # (NO_H16=1: not made, for a loan whose stages do not use it)
+  [ -n "${NO_H16:-}" ] || [ -f $work/m05h16/params.json ] || python3 bench/gpu/model.py $work/m05h16 \
+    --hidden-size 1024 --num-attention-heads 16 --num-key-value-heads 4 || return 1
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null
   # 65 GB of random weights: made on GPU 0 in seconds, written in ~1.5 min (on the host's CPUs the random
   # init alone took over 19 minutes, 2026-11-27)
@@ -189,7 +190,7 @@ stage_sbs05() {
   local systems=${SBS_SYSTEMS:-rlrun,openrlhf,verl}
   CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/side_by_side.py --model $work/m05 \
     --data $work/data.jsonl --out "$res/sbs05${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" \
-    --steps 6 --params "$(params $work/m05)" --deadline 840 --system-deadline 330 \
+    --steps 6 --params "$(params $work/m05)" --deadline 840 --system-deadline ${SBS_SYSTEM_DEADLINE:-330} \
     --target-ratio 0.8 --target-step 6
 }
 
