@@ -24,6 +24,8 @@
 #   sbs7b_levers rlrun alone as in sbs7b with --ref_zero_stage 0 (a reference that gathers nothing),
 #            --old_logprobs rollout (no policy forward), 1 GiB weight-push buckets, engines at 0.30 (0-3)
 #   sbs7b_liger as sbs7b with Liger's kernels in every system (--liger) and engines at 0.15 of the card (0-3)
+#   sbs7b_kl as sbs7b_liger with the KL as a loss term in every system (--kl-loss) and rlrun's make_experience
+#            without the old policy's forward (--old_logprobs train); 520 s a system (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -142,7 +144,8 @@ stage_sbs7b() {  # 4 steps: rlrun's 4th runs under torch.profiler (--profile_ste
     --out "$res/${SBS7B_OUT:-sbs7b}${SBS_SYSTEMS:+_${SBS_SYSTEMS//,/_}}" --systems "$systems" --gpus 4 --engines 2 --tp 2 ${SBS7B_MORE:-} \
     --grad-ckpt --prompts 32 --n 4 --new-tokens 512 --steps 4 --micro-train "$micro" \
     --micro-rollout "$(( micro > 8 ? micro : 8 ))" \
-    --gpu-util "${SBS7B_GPU_UTIL:-0.30}" --params "$(params $work/m7b)" --deadline 1200 --system-deadline 420 \
+    --gpu-util "${SBS7B_GPU_UTIL:-0.30}" --params "$(params $work/m7b)" --deadline "${SBS7B_DEADLINE:-1200}" \
+    --system-deadline "${SBS7B_SYSTEM_DEADLINE:-420}" \
     --target-ratio 0.5 --target-step 8 --rlrun-extra="--profile_step 4 $levers"
 }
 
@@ -151,6 +154,17 @@ stage_sbs7b_liger() {  # issue 38 items 2-3: as sbs7b (rlrun's exact levers, Ope
   # kernels were 0.34 of the reference forward's 1.10 s of device time, 2026-11-28) and every system's engines at
   # 0.15 of the card (the KV cache's wake and the sleep halve: sync 0.453 s, sleep 0.11 s in sbs7b_inproc)
   SBS7B_GPU_UTIL=${SBS7B_GPU_UTIL:-0.15} SBS7B_OUT=sbs7b_liger SBS7B_MORE=--liger stage_sbs7b
+}
+
+stage_sbs7b_kl() {  # issue 38 items 1-3: as sbs7b_liger, with the KL (k3, 0.02) as a loss term in every system
+  # instead of k1 in the reward (side_by_side.py --kl-loss), so that rlrun's make_experience can leave out the
+  # old policy's forward (--old_logprobs train: with one optimizer step per rollout the train step's own
+  # log-probs are the old ones; OpenRLHF and verl still run that forward). make_experience was 2.06 s at 7B,
+  # its policy and reference forwards sharing the GPUs (1.30 and 1.08 s, 2026-11-28); target <= 1 s. verl's
+  # start-up is ~4.5 min at 0.5B, so each system gets up to 520 s (three of them: ~1,150 s of the stage)
+  SBS7B_DEADLINE=${SBS7B_DEADLINE:-1560} SBS7B_SYSTEM_DEADLINE=${SBS7B_SYSTEM_DEADLINE:-520} \
+    SBS7B_GPU_UTIL=${SBS7B_GPU_UTIL:-0.15} SBS7B_OUT=sbs7b_kl SBS7B_MORE="--liger --kl-loss" \
+    SBS7B_LEVERS="--ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train" stage_sbs7b
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -374,7 +388,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [async7b]=420 [check1]=500
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it

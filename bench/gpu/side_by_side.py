@@ -102,7 +102,19 @@ def rlrun_command(args, out: Path) -> list[str]:
         cmd.append("--gradient_checkpointing")
     if args.liger:
         cmd.append("--use_liger_kernel")
+    if args.kl_loss:
+        cmd += KL_LOSS["rlrun"]
     return cmd + list(args.rlrun_extra)
+
+
+# --kl-loss: the KL to the reference as a term of the loss (k3, GRPO's), 0.02 as in the reward otherwise, in each
+# system's own words; without it every system puts k1 into the reward. OpenRLHF and verl still run the old
+# policy's forward in make_experience then; rlrun skips it only when told (--old_logprobs train, a lever of
+# its own that changes no result with one optimizer step per rollout: the pipeline's rlrun extras).
+KL_LOSS = {"rlrun": ["--use_kl_loss", "--kl_estimator", "k3"],
+           "openrlhf": ["--algo.kl.use_loss", "--algo.kl.estimator", "k3"],
+           "verl": {"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.02,
+                    "actor_rollout_ref.actor.kl_loss_type": "low_var_kl", "algorithm.use_kl_in_reward": False}}
 
 
 # rlrun's placements (OpenRLHF runs colocated only here): everything on the actor's GPUs; the reference on the
@@ -153,6 +165,8 @@ def openrlhf_command(args, out: Path) -> list[str]:
         cmd.append("--actor.gradient_checkpointing_enable")
     if args.liger:  # the actor and the reference (AutoLigerKernelForCausalLM)
         cmd.append("--ds.use_liger_kernel")
+    if args.kl_loss:
+        cmd += KL_LOSS["openrlhf"]
     return cmd
 
 
@@ -198,6 +212,8 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
         "trainer.experiment_name": "verl",
         "trainer.default_local_dir": out / "ckpt", "hydra.run.dir": out / "hydra",
     }
+    if args.kl_loss:
+        o.update(KL_LOSS["verl"])
     text = {k: str(v) if not isinstance(v, bool) else str(v).lower() for k, v in o.items()}
     return [sys.executable, "-m", "verl.trainer.main_ppo", *(f"{k}={v}" for k, v in text.items()),
             *args.verl_extra]
@@ -444,6 +460,9 @@ def main(argv=None) -> int:
     p.add_argument("--liger", action="store_true",
                    help="Liger's fused kernels in every system: rlrun --use_liger_kernel, OpenRLHF "
                         "--ds.use_liger_kernel, verl actor_rollout_ref.model.use_liger")
+    p.add_argument("--kl-loss", action="store_true",
+                   help="the KL (k3, 0.02) as a loss term in every system instead of k1 in the reward: rlrun "
+                        "--use_kl_loss, OpenRLHF --algo.kl.use_loss, verl actor.use_kl_loss (see KL_LOSS)")
     p.add_argument("--params", type=float, default=0.0, help="the model's parameters, for the train phase's MFU")
     p.add_argument("--peak-tflops", type=float, default=989.4, help="dense bf16 per GPU (H100 SXM: 989.4)")
     p.add_argument("--rlrun-extra", type=shlex.split, default=[],
@@ -462,7 +481,7 @@ def main(argv=None) -> int:
     systems = args.systems.split(",")
     base_env = {**os.environ, **ENV}
     results: dict = {"shape": {"prompts": args.prompts, "n": args.n, "new_tokens": args.new_tokens, "steps": args.steps,
-                               "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt, "liger": args.liger,
+                               "gpus": args.gpus, "engines": args.engines, "tp": args.tp, "grad_ckpt": args.grad_ckpt, "liger": args.liger, "kl_loss": args.kl_loss,
                                "placement": args.placement, "rlrun_extra": args.rlrun_extra,
                                "target_ratio": args.target_ratio, "target_step": args.target_step,
                                "params": args.params}}

@@ -84,7 +84,7 @@ def test_verl_gets_its_own_folder_first_and_a_file_logger(tmp_path):
 def _args(**kw):
     base = dict(prompts=16, n=4, steps=6, new_tokens=256, model="/m", grad_ckpt=False, micro_train=8,
                 micro_rollout=16, gpu_util=0.5, tp=1, gpus=1, verl_extra=[], liger=False, data="/d.jsonl",
-                engines=1, placement="colocated", rlrun_extra=[])
+                engines=1, placement="colocated", rlrun_extra=[], kl_loss=False)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -143,6 +143,32 @@ def test_liger_reaches_every_system_by_its_own_flag_or_none(tmp_path):
         assert ("--ds.use_liger_kernel" in sbs.openrlhf_command(args, tmp_path)) is liger
         verl = _overrides(sbs.verl_command(args, tmp_path, tmp_path / "t.parquet"))
         assert verl["actor_rollout_ref.model.use_liger"] == str(liger).lower()
+
+
+def test_kl_loss_reaches_every_system_and_lets_rlrun_skip_the_old_policy_forward(tmp_path):
+    """--kl-loss: k3 at 0.02 as a loss term in each system's own words, no KL in any reward. Only then does
+    rlrun's trainer take --old_logprobs train (no policy forward in make_experience): with a KL in the reward
+    the rewards need the policy's log-probs before training, and its rules refuse it."""
+    from trainer.config.cli import parse_args
+    from trainer.config.errors import ConfigError
+
+    train = ["--old_logprobs", "train"]
+    c = parse_args(sbs.rlrun_command(_args(kl_loss=True, rlrun_extra=train), tmp_path)[3:])
+    assert (c.use_kl_loss, c.kl_estimator, c.init_kl_coef, c.old_logprobs) == (True, "k3", 0.02, "train")
+    with pytest.raises(ConfigError, match="KL penalty in the reward"):
+        parse_args(sbs.rlrun_command(_args(rlrun_extra=train), tmp_path)[3:])
+    assert not parse_args(sbs.rlrun_command(_args(), tmp_path)[3:]).use_kl_loss
+
+    openrlhf = sbs.openrlhf_command(_args(kl_loss=True), tmp_path)
+    assert openrlhf[openrlhf.index("--algo.kl.estimator") + 1] == "k3" and "--algo.kl.use_loss" in openrlhf
+    assert openrlhf[openrlhf.index("--algo.kl.init_coef") + 1] == "0.02"
+    assert "--algo.kl.use_loss" not in sbs.openrlhf_command(_args(), tmp_path)
+
+    verl = _overrides(sbs.verl_command(_args(kl_loss=True), tmp_path, tmp_path / "t.parquet"))
+    assert {k: verl[k] for k in ("actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.kl_loss_coef",
+                                 "actor_rollout_ref.actor.kl_loss_type", "algorithm.use_kl_in_reward")} == {
+        "actor_rollout_ref.actor.use_kl_loss": "true", "actor_rollout_ref.actor.kl_loss_coef": "0.02",
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl", "algorithm.use_kl_in_reward": "false"}
 
 
 CONSOLE = """\
