@@ -37,6 +37,7 @@ from trainer.rollout.memory import EngineMemory
 from trainer.rollout.producer import AsyncRollouts, Rollout, Rollouts, SyncRollouts, scorer
 from trainer.run_state import Checkpoints, RunState
 from trainer.schedule import learning_rate
+from trainer.startup import Marks, latest, report
 from trainer.warmup import warmup
 from trainer.weights.transports import make_weight_sync
 
@@ -59,6 +60,8 @@ class Trainer:
         import ray
         from transformers import AutoTokenizer
 
+        self.startup_marks = Marks()  # the driver's: its process's start, then these (trainer.startup)
+        self.startup_marks.mark("trainer")
         self.cfg = cfg
         self.timer = Timer()
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
@@ -83,22 +86,29 @@ class Trainer:
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
                           use_liger_kernel=cfg.use_liger_kernel)
-        self.policy.run("init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size,
-                        grad_accum=cfg.grad_accum_steps, learning_rate=cfg.actor_learning_rate,
-                        adam_offload=cfg.adam_offload, adam_offload_ratio=cfg.adam_offload_ratio,
-                        gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
-                        **model_args)
+        # The groups load their models at once (each its own process group; before 2026-11-28 one after the
+        # other, the reference waiting for the policy's load).
+        loading = [self.policy.async_run(
+            "init_model", cfg.pretrain, micro_batch=cfg.micro_train_batch_size, grad_accum=cfg.grad_accum_steps,
+            learning_rate=cfg.actor_learning_rate, adam_offload=cfg.adam_offload,
+            adam_offload_ratio=cfg.adam_offload_ratio, gradient_checkpointing=cfg.gradient_checkpointing,
+            l2=cfg.l2, max_norm=cfg.max_norm, **model_args)]
         if self.ref is not None:
-            self.ref.run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size, learning_rate=None,
-                         **{**model_args, "zero_stage": cfg.ref_zero_stage})
+            loading.append(self.ref.async_run("init_model", cfg.pretrain, micro_batch=cfg.micro_rollout_batch_size,
+                                              learning_rate=None, **{**model_args, "zero_stage": cfg.ref_zero_stage}))
         if self.critic is not None:
-            self.critic.run("init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
-                            micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
-                            learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
-                            adam_offload_ratio=cfg.adam_offload_ratio,
-                            gradient_checkpointing=cfg.gradient_checkpointing, l2=cfg.l2, max_norm=cfg.max_norm,
-                            seed=cfg.seed, flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
-                            use_liger_kernel=cfg.use_liger_kernel)
+            loading.append(self.critic.async_run(
+                "init_model", cfg.critic_pretrain, zero_stage=cfg.zero_stage, bf16=cfg.bf16,
+                micro_batch=cfg.critic_micro_train_batch_size, grad_accum=cfg.critic_grad_accum_steps,
+                learning_rate=cfg.critic_learning_rate, adam_offload=cfg.adam_offload,
+                adam_offload_ratio=cfg.adam_offload_ratio, gradient_checkpointing=cfg.gradient_checkpointing,
+                l2=cfg.l2, max_norm=cfg.max_norm, seed=cfg.seed, flash_attn=cfg.flash_attn,
+                packing_samples=cfg.packing_samples, use_liger_kernel=cfg.use_liger_kernel))
+        ray.get([ref for refs in loading for ref in refs])
+        self.startup_marks.mark("models")
+        # each group's start, its slowest rank's (trainer.startup); the engines' are read once they are ready
+        self.startup_rows = {name: latest(group.run("startup")) for name, group in (
+            ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
@@ -165,12 +175,25 @@ class Trainer:
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
                    **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
+        if self.startup_rows is not None:  # this run's first step: where the start-up went, once
+            metrics.update(self._startup_report())
         if self.memory.sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
         if state.step % cfg.logging_steps == 0 or evals:
             self.metrics.log(state.step, metrics)
         if cfg.save_steps > 0 and state.step % cfg.save_steps == 0:
             self.checkpoints.save()
+        return metrics
+
+    def _startup_report(self) -> dict[str, float]:
+        """Print and return (``startup/<who>/<mark>_s``) each process's start as seconds after the driver's
+        process began: the driver's own marks, each model group's slowest rank, each engine (trainer.startup)."""
+        self.startup_marks.mark("step1")
+        rows = {"driver": self.startup_marks.get(), **self.startup_rows, **self.engines.startup_rows()}
+        self.startup_rows = None
+        origin = rows["driver"].get("process", rows["driver"]["trainer"])
+        line, metrics = report(rows, origin)
+        print(line, flush=True)
         return metrics
 
     def _profile_begin(self) -> list[tuple[str, ActorGroup]]:

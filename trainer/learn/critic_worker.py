@@ -59,6 +59,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
                    gradient_checkpointing: bool = False, l2: float = 0.0, max_norm: float = 1.0,
                    seed: int = 42, flash_attn: bool = False, packing_samples: bool = False,
                    adam_offload_ratio: float = 1.0, use_liger_kernel: bool = False) -> int:
+        self.startup_marks.mark("init_model")
         import deepspeed
         from transformers import AutoConfig, AutoModel
         from transformers.integrations import HfDeepSpeedConfig
@@ -72,6 +73,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         hidden = AutoConfig.from_pretrained(pretrain).hidden_size
         backbone = AutoModel.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
+        self.startup_marks.mark("loaded")
         liger_kernels(backbone, use_liger_kernel)
         if gradient_checkpointing:
             backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -89,6 +91,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
             optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
         fp32_rope(self.engine.module)  # the backbone's, as the policy's (trainer.learn.model_worker.fp32_rope)
+        self.startup_marks.mark("ready")
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
     def _values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -131,8 +131,16 @@ class DistributedWorker:
     """Base class of ranked actors: the rendezvous handshake and the process group."""
 
     def __init__(self, rank: int, world_size: int):
+        from trainer.startup import Marks
+
+        self.startup_marks = Marks()  # its process's start, then this constructor (trainer.startup)
+        self.startup_marks.mark("init")
         self.rank = rank
         self.world_size = world_size
+
+    def startup(self) -> dict[str, float]:
+        """The moments of this rank's start (trainer.startup): process, init, and what init_model marked."""
+        return self.startup_marks.get()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """(node IP, port) of a store this actor will host, listening from now on; asked of rank 0 only."""

@@ -255,6 +255,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
                    use_liger_kernel: bool = False) -> int:
         """Load `pretrain` with from_pretrained under DeepSpeed. learning_rate None = inference only.
         packing_samples: forwards run on each micro-batch packed into fewer rows (trainer.learn.packing)."""
+        self.startup_marks.mark("init_model")
         import deepspeed
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
@@ -270,6 +271,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         # Must live while the model is built: from_pretrained then partitions at load (ZeRO-3).
         self._hf_ds = HfDeepSpeedConfig(self.config) if zero_stage == 3 else None
         model = AutoModelForCausalLM.from_pretrained(pretrain, dtype=self.dtype, attn_implementation=self.attn)
+        self.startup_marks.mark("loaded")
         liger_kernels(model, use_liger_kernel)
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -289,6 +291,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         fp32_rope(self.engine.module)  # zero.Init cast the RoPE frequencies to bf16 (see fp32_rope)
         if not train:
             self.engine.eval()
+        self.startup_marks.mark("ready")
         return sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
 
     def _to_device(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

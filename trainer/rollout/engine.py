@@ -70,6 +70,11 @@ class RolloutEngine(abc.ABC):
             pass
         return socket.gethostname()
 
+    def startup(self) -> dict[str, float]:
+        """The moments of this engine's start (trainer.startup): process, init, imported, ready."""
+        marks = getattr(self, "startup_marks", None)
+        return marks.get() if marks is not None else {}
+
     def pid(self) -> int:
         """This engine's process id (the job's log names it: the process to look at, or to stop)."""
         import os

@@ -227,6 +227,11 @@ class Engines:
         self.restarts = Restarts(ep.count, cfg.max_engine_restarts)
         self.epoch = 0  # replacements so far: a weight-sync group formed before one must form again
         self._ready = False
+        self._startup: dict[str, dict[str, float]] | None = None
+
+    def startup_rows(self) -> dict[str, dict[str, float]]:
+        """Each engine's start-up marks (trainer.startup), as read when they were first all ready; {} before."""
+        return dict(self._startup or {})
 
     def _start(self, i: int) -> Any:
         return self._remote.options(**self._options[i]).remote(self.cfg.pretrain, **self._engine_kwargs[i])
@@ -241,6 +246,10 @@ class Engines:
         self.nodes = wait_all([h.ready.remote() for h in self.handles], self.labels, timeout_s,
                               f"{len(self.handles)} rollout engine(s) start")
         self._ready = True
+        if self._startup is None:  # read while every engine is idle (trainer.startup)
+            import ray
+
+            self._startup = dict(zip(self.labels, ray.get([h.startup.remote() for h in self.handles]), strict=True))
         print("rollout engines ready: " + ", ".join(self._where(range(len(self.handles)))), flush=True)
         return self.nodes
 

@@ -23,6 +23,7 @@ from trainer.rollout.engine import (
     tokenize_prompts,
 )
 from trainer.rollout.multiturn import Completion, cut_at_stop
+from trainer.startup import Marks
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,11 @@ class HfEngine(RolloutEngine):
         batch_size: int = 64,
         **_ignored: Any,
     ) -> None:
+        self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
+        self.startup_marks.mark("init")
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.startup_marks.mark("imported")
 
         if _ignored:
             log.info("HfEngine ignores vLLM-only options: %s", ", ".join(sorted(_ignored)))
@@ -60,6 +65,7 @@ class HfEngine(RolloutEngine):
         self.batch_size = batch_size
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self.startup_marks.mark("ready")
 
     # --- generation ------------------------------------------------------------------------------------
     @torch.no_grad()

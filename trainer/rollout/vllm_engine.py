@@ -48,6 +48,7 @@ from trainer.rollout.engine import (
     tokenize_prompts,
 )
 from trainer.rollout.multiturn import Completion, cut_at_stop
+from trainer.startup import Marks
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +111,11 @@ class VllmEngine(RolloutEngine):
         sleep_level: int = 1,
         **llm_kwargs: Any,
     ) -> None:
+        self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
+        self.startup_marks.mark("init")
         from vllm.platforms import current_platform
 
+        self.startup_marks.mark("imported")
         vllm_compat.check_version()
         if cudagraph_mode is not None:
             check_cudagraph_mode(cudagraph_mode, enforce_eager)
@@ -176,6 +180,7 @@ class VllmEngine(RolloutEngine):
         self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
         self._llm: Any = LLM(**kwargs)
         self.tokenizer = self._llm.get_tokenizer()
+        self.startup_marks.mark("ready")
 
     @property
     def llm(self) -> Any:
