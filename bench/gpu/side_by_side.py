@@ -219,6 +219,17 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
             *args.verl_extra]
 
 
+def startup_line(row: dict) -> str:
+    """rlrun's ``startup/<who>/<mark>_s`` of step 1 as one line, by who, in order of each one's first mark."""
+    rows: dict[str, dict[str, float]] = {}
+    for key, value in row.items():
+        if key.startswith("startup/") and key.endswith("_s") and key.count("/") == 2:
+            _, who, mark = key.split("/")
+            rows.setdefault(who, {})[mark[:-2]] = value
+    return "; ".join(f"{who}: " + ", ".join(f"{m} {t:.1f}" for m, t in marks.items())
+                     for who, marks in sorted(rows.items(), key=lambda kv: min(kv[1].values())))
+
+
 def verl_records(rows: list[dict], input_key: str = "message", label_key: str = "answer",
                  source: str = "side_by_side") -> list[dict]:
     """The bench's records as verl's RL dataset rows: ``prompt`` as chat messages (a plain string becomes one
@@ -615,6 +626,8 @@ def table(r: dict) -> None:
     rows = r.get("rlrun", {}).get("steps", [])
     later = steady(rows)  # the steps the medians above are of
     tokens = statistics.median(x.get("tokens/real", 0.0) for x in later) if len(rows) > 1 else 0.0
+    if rows and any(k.startswith("startup/") for k in rows[0]):  # where step 1's start-up went (trainer.startup)
+        print(f"rlrun start-up (s after its driver's process began): {startup_line(rows[0])}")
     norms = [x["policy/grad_norm"] for x in rows if "policy/grad_norm" in x]
     if norms:  # a step is only a train step if a gradient reached the optimizer (the 2026-11-24 0.5B step did not)
         print(f"rlrun policy gradient norm by step: {', '.join(f'{n:.3g}' for n in norms)}"

@@ -171,6 +171,14 @@ def test_kl_loss_reaches_every_system_and_lets_rlrun_skip_the_old_policy_forward
         "actor_rollout_ref.actor.kl_loss_type": "low_var_kl", "algorithm.use_kl_in_reward": "false"}
 
 
+def test_the_startup_line_reads_step_1s_marks_by_process():
+    row = {"startup/driver/process_s": 0.0, "startup/driver/step1_s": 130.0, "startup/policy/ready_s": 50.0,
+           "startup/policy/process_s": 10.0, "startup/rollout_engine_0/ready_s": 100.0,
+           "startup/rollout_engine_0/process_s": 30.0, "timing/step": 9.0}
+    assert sbs.startup_line(row) == ("driver: process 0.0, step1 130.0; policy: ready 50.0, process 10.0; "
+                                     "rollout_engine_0: ready 100.0, process 30.0")
+
+
 CONSOLE = """\
 (TaskRunner pid=4242) step:1 - actor/pg_loss:np.float64(0.01) - timing_s/gen:np.float64(12.5) - \
 timing_s/reward:0.25 - timing_s/old_log_prob:np.float64(1.5) - timing_s/ref:np.float64(1.25) - \
