@@ -432,3 +432,42 @@ def test_a_seeded_request_samples_the_same_whatever_runs_beside_it(vllm_engine) 
     assert run({0: 0, 1: 3, 2: 7, 3: 11}) == alone  # prefixes cached by now, joins mid-flight
     vllm_engine.reset_prefix_cache()
     assert run({3: 0, 2: 1, 1: 5, 0: 9}) == alone
+
+
+WARM_CHECK = """
+import json, sys
+from pathlib import Path
+from trainer.rollout import vllm_compat
+from vllm.model_executor.models import registry
+model, way = sys.argv[1:3]  # VLLM_CACHE_ROOT: from the environment (vLLM reads it once)
+if way == "vllm":  # vLLM's own way: a subprocess
+    arch = json.loads((Path(model) / "config.json").read_text())["architectures"][0]
+    print(json.dumps(registry.ModelRegistry._try_inspect_model_cls(arch) is not None))
+else:
+    print(json.dumps([vllm_compat.warm_model_info(model), vllm_compat.warm_model_info(model)]))
+"""
+
+
+def test_the_model_info_cache_is_filled_in_process_as_vllms_subprocess_fills_it(models, tmp_path):
+    """VllmEngine warms vLLM's model-info cache in its own process (vllm_compat.warm_model_info) instead of
+    vLLM's subprocess, which imports vLLM again (12 s here, ~29 s on the GPU machine). The cache file must be
+    the one vLLM's own path writes, byte for byte after parsing, and a warm cache is left alone."""
+    import json
+    import subprocess
+    import sys
+
+    here, theirs = tmp_path / "here", tmp_path / "theirs"
+
+    def run(root: Path, way: str):
+        out = subprocess.run([sys.executable, "-c", WARM_CHECK, str(models[0]), way], capture_output=True,
+                             text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+                             env={**os.environ, "VLLM_CACHE_ROOT": str(root)})
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    arch = json.loads((models[0] / "config.json").read_text())["architectures"][0]
+    assert run(here, "rlrun") == [[arch], []]  # inspected once; the second call finds the cache warm
+    assert run(theirs, "vllm") is True
+    mine, vllms = sorted((here / "modelinfos").iterdir()), sorted((theirs / "modelinfos").iterdir())
+    assert [p.name for p in mine] == [p.name for p in vllms] and len(mine) == 1
+    assert json.loads(mine[0].read_text()) == json.loads(vllms[0].read_text())

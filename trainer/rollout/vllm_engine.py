@@ -117,6 +117,8 @@ class VllmEngine(RolloutEngine):
 
         self.startup_marks.mark("imported")
         vllm_compat.check_version()
+        if vllm_compat.warm_model_info(str(model_path)):  # vLLM's model-info subprocess, left out (see there)
+            self.startup_marks.mark("modelinfo")
         if cudagraph_mode is not None:
             check_cudagraph_mode(cudagraph_mode, enforce_eager)
         if sleep_level not in (1, 2):
