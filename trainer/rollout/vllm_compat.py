@@ -128,7 +128,9 @@ def warm_model_info(model_path: str) -> list[str]:
     registry._run_in_subprocess = in_process
     try:
         for arch in archs:
-            registry.ModelRegistry._try_inspect_model_cls(arch)
+            asked = len(inspected)
+            if registry.ModelRegistry._try_inspect_model_cls(arch) is None and len(inspected) > asked:
+                inspected.pop()  # it failed here (vLLM logged why) and wrote nothing: vLLM tries again its way
     except Exception:
         return []
     finally:
