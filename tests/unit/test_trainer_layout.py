@@ -15,7 +15,12 @@ MAY_IMPORT = {"rollout": {"learn", "weights"}, "learn": {"weights"}, "weights": 
 # what the loop wires: the parts below import none of it
 WIRING = {"trainer.loop"}
 # attributes of other libraries' objects that have no public spelling (torch's ProcessGroupNCCL.Options)
-PRIVATE_ALLOWED = {("weights/broadcast.py", "opts", "_timeout")}
+PRIVATE_ALLOWED = {
+    ("weights/broadcast.py", "opts", "_timeout"),
+    # vllm_compat is where the trainer adapts to vLLM's internals; warm_model_info falls back to vLLM's own path
+    ("rollout/vllm_compat.py", "registry", "_run_in_subprocess"),
+    ("rollout/vllm_compat.py", "registry.ModelRegistry", "_try_inspect_model_cls"),
+}
 
 
 def _imports(path: Path) -> set[str]:
