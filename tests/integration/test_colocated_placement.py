@@ -86,6 +86,9 @@ class VllmRayExecutorProbe:
     def pid(self) -> int:  # the engines' log line names each engine's node and pid
         return os.getpid()
 
+    def startup(self) -> dict:  # Engines reads each engine's start-up marks once they are ready (trainer.startup)
+        return {}
+
     def gpu_ids(self) -> list:
         if self.workers:
             return sorted(g for w in self.workers for g in ray.get(w.gpu_ids.remote()))

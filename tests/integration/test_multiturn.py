@@ -163,7 +163,7 @@ def test_two_ppo_steps_with_search_and_state_masking(env, private_ray):
 
 
 # Metrics that measure time, not what was learned: the rest must repeat exactly.
-CLOCK_KEYS = ("time", "timing/", "rollout/generate_s", "rollout/tool_s", "rollout/other_s")
+CLOCK_KEYS = ("time", "timing/", "rollout/generate_s", "rollout/tool_s", "rollout/other_s", "startup/")
 
 
 def test_the_multi_turn_curve_repeats_step_by_step(env, private_ray):
