@@ -49,14 +49,27 @@ def latest(per_rank: Iterable[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
+def render(rows: Mapping[str, Mapping[str, float]], origin: float) -> str:
+    """``rows`` (who -> its marks) as seconds after ``origin``, one ``who: mark t, ...`` part per row, in
+    order of each row's first mark; rows without marks are left out."""
+    ordered = sorted(((who, marks) for who, marks in rows.items() if marks), key=lambda kv: min(kv[1].values()))
+    return "; ".join(f"{who}: " + ", ".join(f"{name} {t - origin:.1f}" for name, t in marks.items())
+                     for who, marks in ordered)
+
+
 def report(rows: Mapping[str, Mapping[str, float]], origin: float) -> tuple[str, dict[str, float]]:
-    """``rows`` (who -> its marks) as seconds after ``origin``, in order of each row's first mark: one line
-    to print, and the metrics (``startup/<who>/<mark>_s``; a ``who`` with spaces gets underscores)."""
-    line, metrics = [], {}
-    for who, marks in sorted(rows.items(), key=lambda kv: min(kv[1].values(), default=0.0)):
-        if not marks:
-            continue
-        line.append(f"{who}: " + ", ".join(f"{name} {t - origin:.1f}" for name, t in marks.items()))
-        key = who.replace(" ", "_")
-        metrics.update({f"startup/{key}/{name}_s": t - origin for name, t in marks.items()})
-    return "start-up, seconds after the driver's process began: " + "; ".join(line), metrics
+    """:func:`render`'s line to print, and the metrics (``startup/<who>/<mark>_s``; a ``who`` with spaces gets
+    underscores), read back by :func:`from_metrics`."""
+    metrics = {f"startup/{who.replace(' ', '_')}/{name}_s": t - origin
+               for who, marks in rows.items() for name, t in marks.items()}
+    return "start-up, seconds after the driver's process began: " + render(rows, origin), metrics
+
+
+def from_metrics(row: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """The rows :func:`report`'s metrics came from (who with underscores), as seconds after the driver began."""
+    rows: dict[str, dict[str, float]] = {}
+    for key, value in row.items():
+        if key.startswith("startup/") and key.endswith("_s") and key.count("/") == 2:
+            _, who, mark = key.split("/")
+            rows.setdefault(who, {})[mark[:-2]] = value
+    return rows

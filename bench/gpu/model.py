@@ -32,12 +32,11 @@ SHAPES = {"0.5b": (QWEN25_05B, True), "7b": (QWEN25_7B, False), "32b": (QWEN25_3
 
 def byte_level(text: str) -> str:
     """``text``'s UTF-8 bytes as byte-level BPE writes them in a vocabulary (GPT-2's byte-to-unicode map, which
-    Qwen2's tokenizer uses): printable bytes stand for themselves, the others (space, newline, ...) for the
-    code points from 256 on, in byte order (space is ``Ġ``, newline ``Ċ``)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
-                 *range(ord("\xae"), ord("\xff") + 1)]
-    shifted = {b: chr(256 + i) for i, b in enumerate(b for b in range(256) if b not in printable)}
-    return "".join(chr(b) if b in printable else shifted[b] for b in text.encode())
+    Qwen2's tokenizer uses): space is ``Ġ``, newline ``Ċ``."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in text.encode())
 
 
 def build_padded_tokenizer(vocab_size: int):

@@ -221,13 +221,9 @@ def verl_command(args, out: Path, train_file: Path) -> list[str]:
 
 def startup_line(row: dict) -> str:
     """rlrun's ``startup/<who>/<mark>_s`` of step 1 as one line, by who, in order of each one's first mark."""
-    rows: dict[str, dict[str, float]] = {}
-    for key, value in row.items():
-        if key.startswith("startup/") and key.endswith("_s") and key.count("/") == 2:
-            _, who, mark = key.split("/")
-            rows.setdefault(who, {})[mark[:-2]] = value
-    return "; ".join(f"{who}: " + ", ".join(f"{m} {t:.1f}" for m, t in marks.items())
-                     for who, marks in sorted(rows.items(), key=lambda kv: min(kv[1].values())))
+    from trainer.startup import from_metrics, render
+
+    return render(from_metrics(row), 0.0)
 
 
 def verl_records(rows: list[dict], input_key: str = "message", label_key: str = "answer",
