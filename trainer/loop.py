@@ -24,7 +24,7 @@ from trainer.data import PromptSampler, prompts_from_config
 from trainer.experience import Experience, build_experience, micro_batches, pad_right, shard
 from trainer.learn.algorithms import RunningMeanStd, advantages_from_config, normalize_reward
 from trainer.learn.critic_worker import CriticWorker
-from trainer.learn.group import ActorGroup, GroupSpec, bundle_nodes
+from trainer.learn.group import ActorGroup, GroupSpec, bundle_nodes, reserve
 from trainer.learn.losses import PolicyObjective, compute_kl, masked_mean, rollout_mismatch
 from trainer.learn.model_worker import ModelWorker
 from trainer.metrics import MetricsLogger, Timer, WandbLogger
@@ -55,6 +55,12 @@ def make_reward(cfg):
     return resolve_reward_fn(cfg.reward_fn)
 
 
+def spec_of(group: GroupPlan) -> GroupSpec:
+    """The actor group's spec of a planned group (trainer.placement)."""
+    return GroupSpec(group.name, group.num_nodes, group.gpus_per_node, group.use_gpus,
+                     gpus_per_actor=group.gpus_per_actor, cpus_per_actor=group.cpus_per_actor)
+
+
 class Trainer:
     def __init__(self, cfg):
         import ray
@@ -73,16 +79,23 @@ class Trainer:
         self.plan = plan(cfg, use_gpus, node_gpus)  # the same plan rlrun's pre-submit check validated
         # Every model group reserves its placement group first, in the plan's order, then the engines on devices
         # of their own reserve theirs: none can take a device another's placement needs.
-        self.policy = self._group(ModelWorker, self.plan.group("policy"))
+        # Colocated engines start once the models are up (they share the models' GPUs: vLLM sizes its memory
+        # from what is free when it starts), or with --vllm_start_with_models (their KV cache sized up front)
+        # first of all: in the policy's placement group as soon as it is reserved, before any model worker's
+        # process starts (2026-11-28, 7B on 4 H200s: started after the model groups' processes were up, the
+        # engines' processes began 41 s into the driver's, 28 s after the models' workers)
+        self.engines: Engines | None = None
+        policy_plan, early_pg = self.plan.group("policy"), None
+        if self.plan.engines.colocated and cfg.vllm_start_with_models and self.plan.use_gpus:
+            early_pg = reserve(spec_of(policy_plan), cfg.placement_timeout)
+            self.engines = Engines(cfg, self.plan, early_pg, bundle_nodes(early_pg))
+        self.policy = self._group(ModelWorker, policy_plan, own_pg=early_pg)
         self.ref = self._group(ModelWorker, self.plan.group("reference")) if self.plan.group("reference") else None
         self.critic = self._group(CriticWorker, self.plan.group("critic")) if self.plan.group("critic") else None
         # Engines on their own devices start now: vLLM's start-up (weights, KV cache, compilation) overlaps
-        # the models' set-up and the warm-up, and the weight-sync group forms at the first push. Colocated
-        # engines start once the models are up (they share the models' GPUs: vLLM sizes its memory from
-        # what is free when it starts).
-        self.engines: Engines | None = None if self.plan.engines.colocated else Engines(cfg, self.plan)
-        if self.engines is None and cfg.vllm_start_with_models and self.plan.use_gpus:  # KV cache sized up front
-            self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
+        # the models' set-up and the warm-up, and the weight-sync group forms at the first push.
+        if not self.plan.engines.colocated:
+            self.engines = Engines(cfg, self.plan)
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
                           use_liger_kernel=cfg.use_liger_kernel)
@@ -142,11 +155,13 @@ class Trainer:
         if note:
             print(note, flush=True)
 
-    def _group(self, worker_cls: type, group: GroupPlan) -> ActorGroup:
-        """An actor group as the plan places it (in the policy's placement group when colocated)."""
-        spec = GroupSpec(group.name, group.num_nodes, group.gpus_per_node, group.use_gpus,
-                         gpus_per_actor=group.gpus_per_actor, cpus_per_actor=group.cpus_per_actor)
-        return ActorGroup(worker_cls, spec, pg=self.policy.pg if group.in_policy_group else None,
+    def _group(self, worker_cls: type, group: GroupPlan, own_pg: object = None) -> ActorGroup:
+        """An actor group as the plan places it (in the policy's placement group when colocated; ``own_pg``: its
+        own placement group, reserved ahead with :func:`spec_of`)."""
+        if own_pg is not None:
+            return ActorGroup(worker_cls, spec_of(group), pg=own_pg, owns_pg=True,
+                              placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
+        return ActorGroup(worker_cls, spec_of(group), pg=self.policy.pg if group.in_policy_group else None,
                           placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
 
     # --- one RL step ---------------------------------------------------------------------------------

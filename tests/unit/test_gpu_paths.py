@@ -254,3 +254,59 @@ def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):
         assert os.environ["OMP_NUM_THREADS"] == str(threads) and torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
+
+
+class _StopAfterPolicy(Exception):
+    pass
+
+
+@pytest.mark.parametrize("with_models", [True, False])
+def test_colocated_engines_started_with_the_models_start_before_the_policys_workers(tmp_path, monkeypatch,
+                                                                                   with_models):
+    """--vllm_start_with_models on GPUs: the policy's placement group is reserved first and the engines start in
+    it before any model worker (2026-11-28, 7B on 4 H200s: started after the model groups' workers were up, the
+    engines' processes began 41 s into the driver's, 28 s after the workers'), and the policy group then owns
+    that placement group (it releases it at shutdown). Without the flag the colocated engines wait for the
+    models: nothing starts before the policy group. Ray's calls are replaced where they would place actors on
+    GPUs this machine does not have."""
+    ray = pytest.importorskip("ray")
+    import trainer.loop as loop
+    from trainer.config.cli import parse_args
+    from trainer.tiny import make_math_dataset, make_tokenizer
+
+    make_tokenizer(tmp_path / "m")
+    data = make_math_dataset(tmp_path / "d.jsonl", n=8)
+    argv = ["--pretrain", str(tmp_path / "m"), "--prompt_data", str(data), "--input_key", "message",
+            "--label_key", "answer", "--apply_chat_template", "--reward_fn",
+            "tests.integration.loop_rewards:has_one", "--rollout_backend", "vllm", "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2",
+            "--colocate_all_models", "--vllm_enable_sleep", "--vllm_gpu_memory_utilization", "0.3",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "4", "--ref_num_nodes", "1",
+            "--ref_num_gpus_per_node", "4", "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2",
+            "--rollout_batch_size", "4", "--micro_rollout_batch_size", "2", "--micro_train_batch_size", "2",
+            "--train_batch_size", "8", "--generate_max_len", "8", "--prompt_max_len", "32", "--bf16",
+            "--save_path", str(tmp_path / "out"), *(["--vllm_start_with_models"] if with_models else [])]
+    cfg = parse_args(argv)
+    events: list[tuple] = []
+    reserved = object()  # the policy's placement group, as reserve returns it
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 4.0, "CPU": 16.0})
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"GPU": 4.0, "CPU": 16.0}}])
+    monkeypatch.setattr(loop, "reserve", lambda spec, timeout: events.append(("reserve", spec.name,
+                                                                               spec.world_size)) or reserved)
+    monkeypatch.setattr(loop, "bundle_nodes", lambda group: ["10.0.0.1"] * 4 if group is reserved else None)
+
+    def engines(cfg_, plan_, policy_pg=None, nodes=None):
+        events.append(("engines", policy_pg is reserved, tuple(nodes or ())))
+
+    def group(worker_cls, spec, pg=None, *args, owns_pg=None, **kwargs):
+        events.append(("group", spec.name, pg is reserved, owns_pg))
+        raise _StopAfterPolicy
+
+    monkeypatch.setattr(loop, "Engines", engines)
+    monkeypatch.setattr(loop, "ActorGroup", group)
+    with pytest.raises(_StopAfterPolicy):
+        loop.Trainer(cfg)
+    if with_models:
+        assert events == [("reserve", "policy", 4), ("engines", True, ("10.0.0.1",) * 4),
+                          ("group", "policy", True, True)]
+    else:
+        assert events == [("group", "policy", False, None)]
