@@ -138,6 +138,8 @@ def test_a_cuda_graph_mode_is_refused_on_the_cpu_build_before_anything_loads(tmp
 
     with pytest.raises(ValueError, match="cudagraph_mode 'piecewise': vLLM's CPU build captures no CUDA graphs"):
         VllmEngine(str(tmp_path / "no-model"), cudagraph_mode="piecewise")
+    with pytest.raises(ValueError, match="compile_mode 'dynamo': GPU engines only"):
+        VllmEngine(str(tmp_path / "no-model"), compile_mode="dynamo")
 
 
 def test_generates_n_samples_per_prompt(engine) -> None:  # noqa: ANN001

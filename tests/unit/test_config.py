@@ -240,6 +240,16 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
                                         "full_decode_only, piecewise or none"]),
     "unknown CUDA graph mode": (["--vllm_cudagraph_mode fast"], (),
                                 ["--vllm_cudagraph_mode 'fast': expected one of auto, full_and_piecewise, full"]),
+    "compile mode without vLLM": (["--rollout_backend hf", "--vllm_compile dynamo"], (),
+                                  ["--vllm_compile dynamo is only used with --rollout_backend vllm"]),
+    "compile mode with eager engines": (["--enforce_eager", "--vllm_compile none"], (),
+                                        ["--vllm_compile none with --enforce_eager: eager engines compile nothing"]),
+    "no compilation with piecewise graphs": (["--vllm_compile none", "--vllm_cudagraph_mode piecewise"], (),
+                                             ["--vllm_compile none with --vllm_cudagraph_mode piecewise: piecewise "
+                                              "CUDA graphs are cut from torch.compile's graph", "expected auto, "
+                                              "full_decode_only or none"]),
+    "unknown compile mode": (["--vllm_compile fast"], (),
+                             ["--vllm_compile 'fast': expected one of inductor, dynamo, none"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),
     "warm-up data without a warm-up": (["--sft_data w.jsonl"], (),
                                        ["--sft_data w.jsonl is only used with --sft_warmup_steps > 0"]),

@@ -378,6 +378,30 @@ def test_a_cuda_graph_mode_reaches_every_engine_beside_the_largest_graph():
         assert kwargs["cudagraph_mode"] == mode and kwargs["compilation_config"] == auto["compilation_config"]
 
 
+def test_a_compile_mode_reaches_every_engine_and_becomes_vllms_compilation_config():
+    """--vllm_compile: inductor (the default) adds nothing; dynamo is vLLM's compile backend eager; none is no
+    torch.compile with whole CUDA graphs for the decode steps only (vLLM would make its default full, which
+    computes wrong log-probs for prefills on 0.26), or the CUDA-graph mode asked; the conflicts are refused."""
+    from trainer.rollout.engines import vllm_kwargs
+    from trainer.rollout.vllm_engine import compile_config
+
+    cfg = cfg_of("32b-rloo")
+    assert "compile_mode" not in vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
+    for mode in ("dynamo", "none"):
+        cfg = cfg_of("32b-rloo", f"vllm_compile={mode}")
+        assert vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))["compile_mode"] == mode
+    assert compile_config("inductor") == {}
+    assert compile_config("dynamo", "piecewise") == {"backend": "eager"}
+    assert compile_config("none") == {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert compile_config("none", "none") == {"mode": 0, "cudagraph_mode": "NONE"}
+    with pytest.raises(ValueError, match="'none' with cudagraph_mode 'full_and_piecewise': piecewise CUDA graphs"):
+        compile_config("none", "full_and_piecewise")
+    with pytest.raises(ValueError, match="'dynamo' with enforce_eager: eager engines compile nothing"):
+        compile_config("dynamo", enforce_eager=True)
+    with pytest.raises(ValueError, match="compile_mode 'fast': expected one of inductor, dynamo, none"):
+        compile_config("fast")
+
+
 def test_cuda_graph_modes_are_vllms_own_and_eager_engines_take_none():
     from trainer.rollout.vllm_engine import check_cudagraph_mode
 

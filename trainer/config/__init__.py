@@ -18,6 +18,7 @@ from trainer.config.schema import (
     CUDA_ONLY_FLAGS,
     CUDAGRAPH_MODES,
     REDACTED,
+    VLLM_COMPILE_MODES,
     WANDB_FROM_ENV,
     AdvantageEstimator,
     KlEstimator,
@@ -25,6 +26,6 @@ from trainer.config.schema import (
 )
 
 __all__ = [
-    "CUDA_ONLY_FLAGS", "CUDAGRAPH_MODES", "REDACTED", "TENSORBOARD_AUTO", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
+    "CUDA_ONLY_FLAGS", "CUDAGRAPH_MODES", "REDACTED", "TENSORBOARD_AUTO", "VLLM_COMPILE_MODES", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
     "TrainerConfig", "unknown_name_problem",
 ]  # fmt: skip

@@ -278,6 +278,7 @@ OWN_FLAGS: dict[str, str] = {
     "rollout_backend": "vllm engines or HF generate() (OpenRLHF: --vllm_num_engines 0)",
     "sync_bucket_bytes": "bucket size of the policy -> engines weight broadcast",
     "vllm_cudagraph_mode": "which engine steps run as CUDA graphs (vLLM's cudagraph_mode)",
+    "vllm_compile": "how GPU engines compile the model: Inductor, Dynamo's graph alone, or not at all",
     "adam_offload_ratio": "with --adam_offload: the share of the Adam states on the host (DeepSpeed partial offload)",
     "reward_fn": "a local reward function (OpenRLHF >= 0.8: a .py path in --remote_rm_url)",
     "remote_rm_timeout": "seconds before a remote reward request times out",

@@ -415,7 +415,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
     (("remote_rm_timeout", "remote_rm_retries", "reward_outage_timeout"), "--remote_rm_url", lambda c: "the reward is a local function",
      lambda c: bool(c.remote_rm_url)),
     (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes", "vllm_in_process",
-      "vllm_cudagraph_mode"), "--rollout_backend vllm",
+      "vllm_cudagraph_mode", "vllm_compile"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
     (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
       "tool_max_sample_tokens", "tool_rejoin_steps"),
@@ -583,7 +583,7 @@ def _colocated_placement(c: Config) -> Iterator[str]:
 
 
 @_rule("rollout_backend", "vllm_num_engines", "vllm_tensor_parallel_size", "vllm_enable_sleep",
-       "enable_prefix_caching", "enforce_eager", "vllm_cudagraph_mode", "colocate_all_models")  # fmt: skip
+       "enable_prefix_caching", "enforce_eager", "vllm_cudagraph_mode", "vllm_compile", "colocate_all_models")  # fmt: skip
 def _rollout_backend(c: Config) -> Iterator[str]:
     if c.rollout_backend == "vllm":
         if c.vllm_num_engines == 0:
@@ -605,6 +605,13 @@ def _rollout_backend(c: Config) -> Iterator[str]:
         elif c.enforce_eager and c.vllm_cudagraph_mode not in ("auto", "none"):
             yield (f"--vllm_cudagraph_mode {c.vllm_cudagraph_mode} with --enforce_eager: eager means no CUDA graphs "
                    "(drop one of them)")
+        if c.enforce_eager and c.vllm_compile != "inductor":
+            yield (f"--vllm_compile {c.vllm_compile} with --enforce_eager: eager engines compile nothing "
+                   "(drop one of them)")
+        elif c.vllm_compile == "none" and c.vllm_cudagraph_mode in ("piecewise", "full_and_piecewise"):
+            yield (f"--vllm_compile none with --vllm_cudagraph_mode {c.vllm_cudagraph_mode}: piecewise CUDA graphs "
+                   "are cut from torch.compile's graph, and without it vLLM makes them none or full (whole graphs "
+                   "for prefills: wrong log-probs on vLLM 0.26); expected auto, full_decode_only or none")
         return
     if c.vllm_num_engines:
         yield f"--vllm_num_engines {c.vllm_num_engines} with --rollout_backend hf: vLLM is not used"

@@ -36,12 +36,15 @@ REDACTED = "<redacted>"
 #: Flags that need CUDA GPUs on the nodes when set away from their defaults: the ranks refuse them at start-up
 #: without one (trainer.learn.model_worker.require_cuda), the engines theirs (VllmEngine's cudagraph_mode), and
 #: rlrun's pre-submit check on a cluster without GPUs.
-CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode")
+CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile")
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
 DEFAULT_REJOIN_STEPS = 0
 #: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
 CUDAGRAPH_MODES = ("full_and_piecewise", "full", "piecewise", "full_decode_only", "none")
 CudagraphMode = Literal[("auto", *CUDAGRAPH_MODES)]  # type: ignore[valid-type]
+#: How a GPU engine compiles its model at start-up (--vllm_compile; VllmEngine's compile_mode).
+VLLM_COMPILE_MODES = ("inductor", "dynamo", "none")
+VllmCompile = Literal[VLLM_COMPILE_MODES]  # type: ignore[valid-type]
 
 
 # --help section names; one-letter aliases keep the flag table below at about one line per flag.
@@ -135,6 +138,14 @@ class TrainerConfig:
         "back from a tool rejoin) runs its attention outside the graphs. full_decode_only: no graphs for those "
         "steps. piecewise, none. full (whole graphs for steps with a prefill too) is refused: on vLLM 0.26 it "
         "changed the engine's samples (docs/benchmarks.md, 2026-11-28).", group=V,
+    )  # fmt: skip
+    vllm_compile: VllmCompile = flag(
+        "inductor", "How GPU engines compile the model at start-up. inductor: vLLM's own (torch.compile with "
+        "Inductor's kernels; at 7B on H200s 28 s of a cold start, and Inductor's set-up ~17 s more of its warm-up). "
+        "dynamo: Dynamo's graph cut into piecewise CUDA graphs as with inductor, run with vLLM's own CUDA kernels "
+        "for the norms and activations instead of Inductor's code (vLLM's compile backend eager). none: no "
+        "torch.compile; the decode steps still run as whole CUDA graphs (--vllm_cudagraph_mode auto becomes "
+        "full_decode_only: without compilation vLLM would make it full).", group=V,
     )  # fmt: skip
     vllm_start_with_models: bool = flag(
         False, "Colocated engines on GPUs start while the models load (their KV cache sized up front from "

@@ -73,6 +73,8 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
             kwargs["compilation_config"] = {"max_cudagraph_capture_size": seqs}
         if cfg.vllm_cudagraph_mode != "auto":
             kwargs["cudagraph_mode"] = cfg.vllm_cudagraph_mode
+        if cfg.vllm_compile != "inductor":
+            kwargs["compile_mode"] = cfg.vllm_compile
     return kwargs
 
 

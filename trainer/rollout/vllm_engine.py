@@ -37,7 +37,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from trainer.config import CUDAGRAPH_MODES
+from trainer.config import CUDAGRAPH_MODES, VLLM_COMPILE_MODES
 from trainer.rollout import vllm_compat
 from trainer.rollout.engine import (
     RolloutEngine,
@@ -64,6 +64,27 @@ def check_cudagraph_mode(mode: str, enforce_eager: bool = False) -> None:
         raise ValueError(f"cudagraph_mode {mode!r} with enforce_eager: eager means no CUDA graphs (drop one of them)")
 
 
+def compile_config(mode: str, cudagraph_mode: str | None = None, enforce_eager: bool = False) -> dict[str, Any]:
+    """What ``compile_mode`` adds to vLLM's ``compilation_config``, or a ValueError naming the conflict.
+
+    ``inductor``: nothing (vLLM's own). ``dynamo``: the compile backend ``eager`` (Dynamo's graph and the
+    piecewise CUDA graphs, vLLM's CUDA kernels for the norms and activations, no Inductor code generation nor
+    its once-per-process set-up). ``none``: no torch.compile; the decode steps as whole CUDA graphs unless
+    ``cudagraph_mode`` says otherwise (vLLM would turn its default into ``full`` without compilation)."""
+    if mode not in VLLM_COMPILE_MODES:
+        raise ValueError(f"compile_mode {mode!r}: expected one of {', '.join(VLLM_COMPILE_MODES)}")
+    if mode == "inductor":
+        return {}
+    if enforce_eager:
+        raise ValueError(f"compile_mode {mode!r} with enforce_eager: eager engines compile nothing (drop one of them)")
+    if mode == "dynamo":
+        return {"backend": "eager"}
+    if cudagraph_mode in ("piecewise", "full_and_piecewise"):
+        raise ValueError(f"compile_mode 'none' with cudagraph_mode {cudagraph_mode!r}: piecewise CUDA graphs are cut "
+                         "from torch.compile's graph; expected full_decode_only or none")
+    return {"mode": 0, "cudagraph_mode": (cudagraph_mode or "full_decode_only").upper()}  # CompilationMode.NONE
+
+
 class VllmEngine(RolloutEngine):
     """A ``vllm.LLM`` behind the :class:`~trainer.rollout.engine.RolloutEngine` interface.
 
@@ -86,6 +107,8 @@ class VllmEngine(RolloutEngine):
             (FlashAttention 3 on Hopper does): the steps where samples back from a tool rejoin the batch. On vLLM
             0.26 it changed what the engine samples (docs/benchmarks.md, 2026-11-28): the trainer refuses it,
             bench/multiturn.py tries it.
+        compile_mode: GPU only (refused on the CPU build): ``inductor`` (None: the same, vLLM's own),
+            ``dynamo`` or ``none``: :func:`compile_config`.
         dtype: model dtype for vLLM ("auto": from the checkpoint config).
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
         sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
@@ -105,6 +128,7 @@ class VllmEngine(RolloutEngine):
         enable_sleep: bool = False,
         enforce_eager: bool = False,
         cudagraph_mode: str | None = None,
+        compile_mode: str | None = None,
         dtype: str = "auto",
         seed: int = 0,
         in_process: bool | None = None,
@@ -121,11 +145,15 @@ class VllmEngine(RolloutEngine):
             self.startup_marks.mark("modelinfo")
         if cudagraph_mode is not None:
             check_cudagraph_mode(cudagraph_mode, enforce_eager)
+        compiled = compile_config(compile_mode or "inductor", cudagraph_mode, enforce_eager)
         if sleep_level not in (1, 2):
             raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
         self.on_cpu = bool(current_platform.is_cpu())
         if cudagraph_mode is not None and self.on_cpu:
             raise ValueError(f"cudagraph_mode {cudagraph_mode!r}: vLLM's CPU build captures no CUDA graphs (drop it)")
+        if compiled and self.on_cpu:
+            raise ValueError(f"compile_mode {compile_mode!r}: GPU engines only; the CPU build compiles as it does "
+                             "(drop it)")
         if in_process is None:
             in_process = self.on_cpu
         if in_process:
@@ -174,6 +202,8 @@ class VllmEngine(RolloutEngine):
         if cudagraph_mode is not None:  # beside the caller's other compilation settings (the largest graph, say)
             kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
                                             "cudagraph_mode": cudagraph_mode.upper()}
+        if compiled:
+            kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), **compiled}
         if kwargs.get("distributed_executor_backend") == "ray":
             vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
         self.model_path = str(model_path)
