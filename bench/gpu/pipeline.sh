@@ -27,6 +27,9 @@
 #   sbs7b_kl as sbs7b_liger with the KL as a loss term in every system (--kl-loss) and rlrun's make_experience
 #            without the old policy's forward (--old_logprobs train); 520 s a system (0-3)
 #   sbs7b_inproc rlrun alone as in sbs7b with --vllm_in_process --vllm_start_with_models: step 1 (0-3)
+#   step1_7b rlrun alone as in sbs7b_kl with --vllm_start_with_models --vllm_in_process, 2 steps: step 1 cold,
+#            the 7B made first (0-3)
+#   step1_modes step1_7b once per --vllm_compile mode (none, dynamo, inductor), 4 steps each, every cache cold (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
@@ -165,6 +168,32 @@ stage_sbs7b_kl() {  # issue 38 items 1-3: as sbs7b_liger, with the KL (k3, 0.02)
   SBS7B_DEADLINE=${SBS7B_DEADLINE:-1560} SBS7B_SYSTEM_DEADLINE=${SBS7B_SYSTEM_DEADLINE:-520} \
     SBS7B_GPU_UTIL=${SBS7B_GPU_UTIL:-0.15} SBS7B_OUT=sbs7b_kl SBS7B_MORE="--liger --kl-loss" \
     SBS7B_LEVERS="--ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train" stage_sbs7b
+}
+
+stage_step1_7b() {  # issue 38 item 2, step 1 alone (<= 60 s cold): the 7B and its prompts made here (7B on GPU 0),
+  # then rlrun alone as in sbs7b_kl with its engines starting while the models load (--vllm_start_with_models)
+  # and each engine's core in its actor (--vllm_in_process), 2 steps, cold compile cache. For a loan's last
+  # minutes: STEP1_OUT puts the run's files where the device call returns them as they are written
+  [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
+  python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
+  python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
+    --out "${STEP1_OUT:-$res}/step1_7b${STEP1_NAME:+_$STEP1_NAME}" \
+    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --liger --kl-loss --prompts 32 --n 4 --new-tokens 512 \
+    --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 16 --gpu-util 0.15 --params "$(params $work/m7b)" \
+    --deadline "${STEP1_DEADLINE:-260}" --system-deadline "${STEP1_DEADLINE:-260}" \
+    --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
+}
+
+stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compile: step1_7b (the engines started
+  # before the models' workers since 2026-11-28's loan) once per mode, 4 steps each (the later steps show what a
+  # mode costs generate), every run with caches of its own (vLLM's, Inductor's, Triton's): each one cold
+  local mode
+  for mode in ${STEP1_MODES:-none dynamo inductor}; do
+    VLLM_CACHE_ROOT=$work/cold_$mode/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$mode/inductor \
+      TRITON_CACHE_DIR=$work/cold_$mode/triton STEP1_NAME=$mode STEP1_STEPS=4 STEP1_DEADLINE=300 \
+      STEP1_MORE="--vllm_compile $mode" stage_step1_7b
+    echo "step1_modes: $mode rc=$?"
+  done
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -388,7 +417,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1000
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it
