@@ -417,7 +417,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1000
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it

@@ -278,8 +278,8 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
     data = make_math_dataset(tmp_path / "d.jsonl", n=8)
     argv = ["--pretrain", str(tmp_path / "m"), "--prompt_data", str(data), "--input_key", "message",
             "--label_key", "answer", "--apply_chat_template", "--reward_fn",
-            "tests.integration.loop_rewards:has_one", "--rollout_backend", "vllm", "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2",
-            "--colocate_all_models", "--vllm_enable_sleep", "--vllm_gpu_memory_utilization", "0.3",
+            "tests.integration.loop_rewards:has_one", "--rollout_backend", "vllm", "--vllm_num_engines", "2",
+            "--vllm_tensor_parallel_size", "2", "--colocate_all_models", "--vllm_enable_sleep", "--vllm_gpu_memory_utilization", "0.3",
             "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "4", "--ref_num_nodes", "1",
             "--ref_num_gpus_per_node", "4", "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2",
             "--rollout_batch_size", "4", "--micro_rollout_batch_size", "2", "--micro_train_batch_size", "2",
