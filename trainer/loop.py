@@ -158,10 +158,8 @@ class Trainer:
     def _group(self, worker_cls: type, group: GroupPlan, own_pg: object = None) -> ActorGroup:
         """An actor group as the plan places it (in the policy's placement group when colocated; ``own_pg``: its
         own placement group, reserved ahead with :func:`spec_of`)."""
-        if own_pg is not None:
-            return ActorGroup(worker_cls, spec_of(group), pg=own_pg, owns_pg=True,
-                              placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
-        return ActorGroup(worker_cls, spec_of(group), pg=self.policy.pg if group.in_policy_group else None,
+        pg = own_pg if own_pg is not None else self.policy.pg if group.in_policy_group else None
+        return ActorGroup(worker_cls, spec_of(group), pg=pg, owns_pg=own_pg is not None,
                           placement_timeout=self.cfg.placement_timeout, dist_timeout=self.cfg.dist_timeout)
 
     # --- one RL step ---------------------------------------------------------------------------------

@@ -297,7 +297,7 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
     def engines(cfg_, plan_, policy_pg=None, nodes=None):
         events.append(("engines", policy_pg is reserved, tuple(nodes or ())))
 
-    def group(worker_cls, spec, pg=None, *args, owns_pg=None, **kwargs):
+    def group(worker_cls, spec, pg=None, *args, owns_pg=False, **kwargs):
         events.append(("group", spec.name, pg is reserved, owns_pg))
         raise _StopAfterPolicy
 
@@ -309,4 +309,4 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
         assert events == [("reserve", "policy", 4), ("engines", True, ("10.0.0.1",) * 4),
                           ("group", "policy", True, True)]
     else:
-        assert events == [("group", "policy", False, None)]
+        assert events == [("group", "policy", False, False)]

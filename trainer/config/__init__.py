@@ -13,7 +13,7 @@ Torch-free: ``--print-config`` and rlrun's pre-submit checks import it without R
 """
 
 from trainer.config.errors import ConfigError, unknown_name_problem
-from trainer.config.rules import TENSORBOARD_AUTO
+from trainer.config.rules import TENSORBOARD_AUTO, compile_conflict
 from trainer.config.schema import (
     CUDA_ONLY_FLAGS,
     CUDAGRAPH_MODES,
@@ -27,5 +27,5 @@ from trainer.config.schema import (
 
 __all__ = [
     "CUDA_ONLY_FLAGS", "CUDAGRAPH_MODES", "REDACTED", "TENSORBOARD_AUTO", "VLLM_COMPILE_MODES", "WANDB_FROM_ENV", "AdvantageEstimator", "ConfigError", "KlEstimator",
-    "TrainerConfig", "unknown_name_problem",
+    "TrainerConfig", "compile_conflict", "unknown_name_problem",
 ]  # fmt: skip

@@ -39,6 +39,21 @@ def _rule(*fields: str) -> Callable[[Rule], Rule]:
     return register
 
 
+def compile_conflict(mode: str, cudagraph_mode: str, enforce_eager: bool) -> tuple[str, str] | None:
+    """Why GPU engines cannot compile by ``mode`` (--vllm_compile, VllmEngine's compile_mode) beside the other
+    engine settings: (``enforce_eager`` or ``cudagraph_mode``, why and what was expected), or None. The one rule
+    for both: the config's check words it in flags, the engine in its own arguments."""
+    if mode == "inductor":
+        return None
+    if enforce_eager:
+        return "enforce_eager", "eager engines compile nothing (drop one of them)"
+    if mode == "none" and cudagraph_mode in ("piecewise", "full_and_piecewise"):
+        return "cudagraph_mode", ("piecewise CUDA graphs are cut from torch.compile's graph, and without it vLLM "
+                                  "makes them none or full (whole graphs for prefills: wrong log-probs on vLLM "
+                                  "0.26); expected auto, full_decode_only or none")
+    return None
+
+
 def has_critic(c: Config) -> bool:
     """The config trains a critic: its estimator learns a value function (gae)."""
     return estimator(c.advantage_estimator).critic
@@ -605,13 +620,11 @@ def _rollout_backend(c: Config) -> Iterator[str]:
         elif c.enforce_eager and c.vllm_cudagraph_mode not in ("auto", "none"):
             yield (f"--vllm_cudagraph_mode {c.vllm_cudagraph_mode} with --enforce_eager: eager means no CUDA graphs "
                    "(drop one of them)")
-        if c.enforce_eager and c.vllm_compile != "inductor":
-            yield (f"--vllm_compile {c.vllm_compile} with --enforce_eager: eager engines compile nothing "
-                   "(drop one of them)")
-        elif c.vllm_compile == "none" and c.vllm_cudagraph_mode in ("piecewise", "full_and_piecewise"):
-            yield (f"--vllm_compile none with --vllm_cudagraph_mode {c.vllm_cudagraph_mode}: piecewise CUDA graphs "
-                   "are cut from torch.compile's graph, and without it vLLM makes them none or full (whole graphs "
-                   "for prefills: wrong log-probs on vLLM 0.26); expected auto, full_decode_only or none")
+        conflict = compile_conflict(c.vllm_compile, c.vllm_cudagraph_mode, c.enforce_eager)
+        if conflict:
+            other = ("--enforce_eager" if conflict[0] == "enforce_eager"
+                     else f"--vllm_cudagraph_mode {c.vllm_cudagraph_mode}")
+            yield f"--vllm_compile {c.vllm_compile} with {other}: {conflict[1]}"
         return
     if c.vllm_num_engines:
         yield f"--vllm_num_engines {c.vllm_num_engines} with --rollout_backend hf: vLLM is not used"

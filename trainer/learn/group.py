@@ -267,15 +267,15 @@ class ActorGroup:
 
     def __init__(self, actor_cls: type, spec: GroupSpec, pg: PlacementGroup | None = None,
                  bundle_offset: int = 0, *, placement_timeout: float = 300.0, dist_timeout: float = 300.0,
-                 owns_pg: bool | None = None):
-        """``pg``: another group's placement group to share (colocated), or None for one of its own. ``owns_pg``:
-        the group's own placement group reserved ahead by the caller (:func:`reserve`, with this ``spec``), so
-        that something else can start in it first (--vllm_start_with_models); the group releases it."""
+                 owns_pg: bool = False):
+        """``pg``: another group's placement group to share (colocated), or None for one of its own; with
+        ``owns_pg``, ``pg`` is the group's own, reserved ahead by the caller (:func:`reserve`, with this ``spec``)
+        so that something else can start in it first (--vllm_start_with_models): the group releases it."""
         from trainer.deadlines import wait_all
 
         self.spec = spec
         self.pg = pg if pg is not None else reserve(spec, placement_timeout)
-        self._own_pg = pg is None if owns_pg is None else owns_pg
+        self._own_pg = pg is None or owns_pg
         remote_cls = ray.remote(actor_cls)
         self.actors = [
             remote_cls.options(

@@ -37,7 +37,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from trainer.config import CUDAGRAPH_MODES, VLLM_COMPILE_MODES
+from trainer.config import CUDAGRAPH_MODES, VLLM_COMPILE_MODES, compile_conflict
 from trainer.rollout import vllm_compat
 from trainer.rollout.engine import (
     RolloutEngine,
@@ -73,15 +73,14 @@ def compile_config(mode: str, cudagraph_mode: str | None = None, enforce_eager: 
     ``cudagraph_mode`` says otherwise (vLLM would turn its default into ``full`` without compilation)."""
     if mode not in VLLM_COMPILE_MODES:
         raise ValueError(f"compile_mode {mode!r}: expected one of {', '.join(VLLM_COMPILE_MODES)}")
+    conflict = compile_conflict(mode, cudagraph_mode or "auto", enforce_eager)
+    if conflict:
+        other = "enforce_eager" if conflict[0] == "enforce_eager" else f"cudagraph_mode {cudagraph_mode!r}"
+        raise ValueError(f"compile_mode {mode!r} with {other}: {conflict[1]}")
     if mode == "inductor":
         return {}
-    if enforce_eager:
-        raise ValueError(f"compile_mode {mode!r} with enforce_eager: eager engines compile nothing (drop one of them)")
     if mode == "dynamo":
         return {"backend": "eager"}
-    if cudagraph_mode in ("piecewise", "full_and_piecewise"):
-        raise ValueError(f"compile_mode 'none' with cudagraph_mode {cudagraph_mode!r}: piecewise CUDA graphs are cut "
-                         "from torch.compile's graph; expected full_decode_only or none")
     return {"mode": 0, "cudagraph_mode": (cudagraph_mode or "full_decode_only").upper()}  # CompilationMode.NONE
 
 
