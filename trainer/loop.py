@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -124,6 +125,7 @@ class Trainer:
             ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
+        self.priming = self._prime()  # while the engines start; step 1 waits for it (each rank's calls are in order)
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
         if self.plan.weight_transport != "broadcast":  # the broadcast group says so when it forms
             print(f"weight sync: {self.weight_sync.describe()}", flush=True)
@@ -155,6 +157,32 @@ class Trainer:
         if note:
             print(note, flush=True)
 
+    def _prime(self) -> list[Any]:
+        """Each model's first forward (and the policy's first backward) on dummy tokens, started now, beside the
+        engines' start (ModelWorker.prime; --no_prime_models: not). Not where colocated GPU engines profile the
+        free memory as they start (no --vllm_start_with_models): what the priming holds then would be taken
+        from their KV cache. Returns the calls' refs."""
+        cfg = self.cfg
+        if cfg.no_prime_models or (self.plan.engines.colocated and self.plan.use_gpus
+                                   and cfg.rollout_backend == "vllm" and not cfg.vllm_start_with_models):
+            return []
+        refs = self.policy.async_run("prime", cfg.micro_train_batch_size, True)
+        if self.ref is not None:
+            refs += self.ref.async_run("prime", cfg.micro_rollout_batch_size, False)
+        return refs
+
+    def _primed(self) -> None:
+        """Wait for the priming (its errors are the job's) and read the model groups' start-up marks again: each
+        rank's ``primed`` is in the step-1 report."""
+        import ray
+
+        ray.get(self.priming)
+        self.priming = []
+        if self.startup_rows is not None:
+            for name, group in (("policy", self.policy), ("reference", self.ref)):
+                if group is not None:
+                    self.startup_rows[name] = latest(group.run("startup"))
+
     def _group(self, worker_cls: type, group: GroupPlan, own_pg: object = None) -> ActorGroup:
         """An actor group as the plan places it (in the policy's placement group when colocated; ``own_pg``: its
         own placement group, reserved ahead with :func:`spec_of`)."""
@@ -175,6 +203,9 @@ class Trainer:
         if self.memory.sleeps:  # colocated on GPUs: the engines hand their memory to training until the next sync
             with self.timer("sleep"):
                 freed = self.memory.sleep()
+        if self.priming:  # step 1: the models' priming ran beside the engines' start and this rollout
+            with self.timer("prime_wait"):
+                self._primed()
         profiled = self._profile_begin() if state.step == cfg.profile_step else []
         with self.timer("make_experience"):
             exp, extra = self.make_experience(rollout)

@@ -196,6 +196,21 @@ stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compil
   done
 }
 
+stage_step1_prime() {  # issue 38 item 2, step 1 (<= 60 s cold): step1_modes's fastest start (--vllm_compile none,
+  # 64.7 s on 2026-11-28's thirteenth loan: make_experience 4.7 and train 9.7 s of it, against 1.1 and 2.8 s
+  # later) with the models primed while the engines start (ModelWorker.prime, on by default since), then the
+  # same with --no_prime_models: both in one loan, each with cold caches of its own; 5 steps each
+  local run more
+  for run in ${STEP1_PRIME_RUNS:-primed unprimed}; do
+    more="--vllm_compile none"
+    [ $run = unprimed ] && more="$more --no_prime_models"
+    VLLM_CACHE_ROOT=$work/cold_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$run/inductor \
+      TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=300 \
+      STEP1_MORE="$more" stage_step1_7b
+    echo "step1_prime: $run rc=$?"
+  done
+}
+
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
   # of 16) with a reference that keeps its whole weights on each GPU (--ref_zero_stage 0: no gathers in its
   # forwards; make_experience), the engines' log-probs as the old ones (--old_logprobs rollout: no policy forward
@@ -417,7 +432,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it

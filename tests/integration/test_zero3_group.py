@@ -103,3 +103,35 @@ def test_checkpoint_resume_gives_the_same_next_step(group, tiny, tmp_path):
     assert client["step"] == 5
     resumed = [group.run_sharded("train_sft", [[batch], [batch]])[0] for _ in range(2)]
     assert resumed == uninterrupted
+
+
+def _fresh_run(tiny: str, prime: bool) -> tuple[list[float], dict, float]:
+    """A new 2-rank policy group (gradient checkpointing on, as on the GPUs), primed or not, then two
+    optimizer steps: their losses, the gathered weights, the priming's seconds."""
+    from trainer.learn.group import ActorGroup, GroupSpec
+    from trainer.learn.model_worker import ModelWorker
+
+    g = ActorGroup(ModelWorker, GroupSpec("policy", num_nodes=1, gpus_per_node=2, use_gpus=False,
+                                          cpus_per_actor=0.5))
+    try:
+        g.run("init_model", tiny, zero_stage=3, learning_rate=5e-3, micro_batch=4, grad_accum=1,
+              gradient_checkpointing=True)
+        seconds = max(g.run("prime", 4, True)) if prime else 0.0
+        batch = _batch(tiny)
+        losses = [g.run_sharded("train_sft", [[batch], [batch]])[0] for _ in range(2)]
+        return losses, g.run("full_state")[0], seconds
+    finally:
+        g.shutdown()
+
+
+def test_priming_changes_nothing_the_run_learns(ray_local, tiny):
+    """--prime_models runs a forward and a backward before step 1: the two steps after it, and the weights they
+    leave, equal a run without it to the bit (a gradient of the priming's backward left in DeepSpeed's
+    buffers, or a random draw, would show here)."""
+    plain_losses, plain_state, _ = _fresh_run(tiny, prime=False)
+    primed_losses, primed_state, seconds = _fresh_run(tiny, prime=True)
+    assert seconds > 0
+    assert primed_losses == plain_losses
+    assert set(primed_state) == set(plain_state)
+    for name, tensor in plain_state.items():
+        assert torch.equal(primed_state[name], tensor), name

@@ -310,3 +310,48 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
                           ("group", "policy", True, True)]
     else:
         assert events == [("group", "policy", False, False)]
+
+
+class _Calls:
+    """An actor group that records what it is asked to run (async_run returns one fake ref per call)."""
+
+    def __init__(self, name: str, log: list[tuple]):
+        self.name, self.log = name, log
+
+    def async_run(self, method, *args, **kwargs):
+        self.log.append((self.name, method, *args))
+        return [f"{self.name}.{method}"]
+
+
+@pytest.mark.parametrize(("gpus", "extra", "primed"), [
+    (True, ["--vllm_start_with_models"], True),  # the KV cache sized up front: nothing measured at the start
+    (True, [], False),  # the engines profile the free memory as they start beside the priming: skipped
+    (True, ["--vllm_start_with_models", "--no_prime_models"], False),
+    (False, [], True),  # CPU: the engines' memory is the host's, and nothing is profiled against the models
+])
+def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_their_kv_cache(
+        tmp_path, gpus, extra, primed):
+    """Trainer._prime: the policy's forward and backward at its train micro-batch, the reference's forward at
+    its rollout micro-batch (ModelWorker.prime), except with --no_prime_models or where colocated GPU engines
+    size their KV cache from the memory free while they start (without --vllm_start_with_models)."""
+    import trainer.loop as loop
+    from trainer.config.cli import parse_args
+    from trainer.placement import plan
+
+    argv = ["--pretrain", "m", "--prompt_data", "d.jsonl", "--reward_fn", "tests.integration.loop_rewards:has_one",
+            "--rollout_backend", "vllm", "--vllm_num_engines", "2", "--colocate_all_models",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "2", "--ref_num_nodes", "1",
+            "--ref_num_gpus_per_node", "2", "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2",
+            "--rollout_batch_size", "4", "--micro_rollout_batch_size", "4", "--micro_train_batch_size", "2",
+            "--train_batch_size", "8", "--save_path", str(tmp_path / "out"), *extra]
+    cfg = parse_args(argv)
+    trainer = loop.Trainer.__new__(loop.Trainer)
+    trainer.cfg, trainer.plan = cfg, plan(cfg, gpus, 2 if gpus else 0)
+    log: list[tuple] = []
+    trainer.policy, trainer.ref = _Calls("policy", log), _Calls("reference", log)
+    refs = trainer._prime()
+    if primed:
+        assert log == [("policy", "prime", 2, True), ("reference", "prime", 4, False)]
+        assert refs == ["policy.prime", "reference.prime"]
+    else:
+        assert log == [] and refs == []

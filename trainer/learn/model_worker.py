@@ -88,6 +88,11 @@ PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed's default; 0.74x the train phase of
 GRANULARITY_THRESHOLD = 0
 
 
+#: The sequence lengths --prime_models runs: Triton specialises a kernel on each integer argument that is a
+#: multiple of 16 (and on 1), and Liger's rotary kernel takes the sequence length as one: both classes.
+PRIME_LENGTHS = (32, 33)
+
+
 def padded_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_actions: int,
                     temperature: float = 1.0) -> torch.Tensor:
     """The log-probs of the last ``num_actions`` tokens of each row of a padded batch (left-padded prompts,
@@ -319,6 +324,44 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
     def batch_logprobs(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """logprobs() of a micro-batch dict (as Experience.rows gives it)."""
         return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
+
+    def prime(self, rows: int, train: bool) -> float:
+        """Run this model's forward (and with ``train`` its backward) once on a small batch of dummy tokens, so
+        that step 1 finds done what a process does the first time (on unless --no_prime_models): Triton's compiles of the
+        fused kernels (Liger's, per shape class: :data:`PRIME_LENGTHS`), ZeRO-3's record of the modules' order,
+        cuBLAS's and the caching allocator's set-up. At 7B on 4 H200s step 1's make_experience took 4.7 s and its
+        train phase 9.7 s against 1.2 and 2.9 s later (docs/benchmarks.md, thirteenth loan); the loop runs this
+        while the engines start. Nothing is learnt and no random number is drawn: the backward is taken with
+        respect to the embeddings' output only (``torch.autograd.grad``), so no parameter's gradient is
+        computed and DeepSpeed's reduction hooks never fire; the batch is ``arange`` token ids. ``rows``: the
+        micro-batch it will see. Returns its seconds."""
+        import time
+
+        t0 = time.perf_counter()
+        device = self.engine.device
+        captured: list[torch.Tensor] = []  # the embeddings' output of the forward with gradients
+        embeddings = self.engine.module.get_input_embeddings()
+        vocab = int(embeddings.num_embeddings)  # kept under ZeRO-3, whose weight is a partition
+        for length in PRIME_LENGTHS:
+            ids = (torch.arange(rows * length, device=device) % vocab).view(rows, length)
+            mask = torch.ones_like(ids)
+            with torch.no_grad():  # make_experience's forward
+                self._action_logprobs(ids, mask, length - 1)
+            if not train:
+                continue
+            self.engine.train()
+            captured.clear()
+            hook = embeddings.register_forward_hook(lambda _m, _i, out: captured.append(out))
+            try:
+                logp = self._action_logprobs(ids, mask, length - 1)
+            finally:
+                hook.remove()
+            torch.autograd.grad(logp.float().sum(), captured[0])
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # back to the engines starting beside it
+        self.startup_marks.mark("primed")
+        return time.perf_counter() - t0
 
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
                      lr: float | None = None, measure_mismatch: bool = False) -> dict[str, float]:
