@@ -125,7 +125,7 @@ class Trainer:
             ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
-        self.priming = self._prime()  # while the engines start; step 1 waits for it (each rank's calls are in order)
+        self.priming = self._prime()  # --prime_models: beside the engines' start; step 1 waits for it
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
         if self.plan.weight_transport != "broadcast":  # the broadcast group says so when it forms
             print(f"weight sync: {self.weight_sync.describe()}", flush=True)
@@ -159,11 +159,11 @@ class Trainer:
 
     def _prime(self) -> list[Any]:
         """Each model's first forward (and the policy's first backward) on dummy tokens, started now, beside the
-        engines' start (ModelWorker.prime; --no_prime_models: not). Not where colocated GPU engines profile the
+        engines' start (ModelWorker.prime), with --prime_models. Not where colocated GPU engines profile the
         free memory as they start (no --vllm_start_with_models): what the priming holds then would be taken
         from their KV cache. Returns the calls' refs."""
         cfg = self.cfg
-        if cfg.no_prime_models or (self.plan.engines.colocated and self.plan.use_gpus
+        if not cfg.prime_models or (self.plan.engines.colocated and self.plan.use_gpus
                                    and cfg.rollout_backend == "vllm" and not cfg.vllm_start_with_models):
             return []
         refs = self.policy.async_run("prime", cfg.micro_train_batch_size, True)

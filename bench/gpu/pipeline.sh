@@ -198,12 +198,12 @@ stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compil
 
 stage_step1_prime() {  # issue 38 item 2, step 1 (<= 60 s cold): step1_modes's fastest start (--vllm_compile none,
   # 64.7 s on 2026-11-28's thirteenth loan: make_experience 4.7 and train 9.7 s of it, against 1.1 and 2.8 s
-  # later) with the models primed while the engines start (ModelWorker.prime, on by default since), then the
-  # same with --no_prime_models: both in one loan, each with cold caches of its own; 5 steps each
+  # later) with the models primed while the engines start (--prime_models: ModelWorker.prime), then without:
+  # both in one loan, each with cold caches of its own; 5 steps each
   local run more
   for run in ${STEP1_PRIME_RUNS:-primed unprimed}; do
     more="--vllm_compile none"
-    [ $run = unprimed ] && more="$more --no_prime_models"
+    [ $run = primed ] && more="$more --prime_models"
     VLLM_CACHE_ROOT=$work/cold_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$run/inductor \
       TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=300 \
       STEP1_MORE="$more" stage_step1_7b

@@ -98,9 +98,11 @@ def _torn(ray, tmp):
 
 def _resumed(ray, tmp, torn):
     """Run b again with --load_checkpoint on the same placement, once the kill is over: the unfinished
-    global_step4 is skipped, global_step2 resumed, and this run's own global_step4 replaces it."""
+    global_step4 is skipped, global_step2 resumed, and this run's own global_step4 replaces it. Its models are
+    primed (--prime_models), which must change nothing it learns."""
     torn.result()
-    rows, output = _run(ray, tmp, tmp / "b", 2, "--load_checkpoint", "--save_steps", "2", "--max_ckpt_num", "1")
+    rows, output = _run(ray, tmp, tmp / "b", 2, "--load_checkpoint", "--save_steps", "2", "--max_ckpt_num", "1",
+                        "--prime_models")
     ckpt = tmp / "b" / "ckpt"
     return rows, output, sorted(p.name for p in ckpt.iterdir()), (ckpt / "latest").read_text()
 
@@ -217,9 +219,14 @@ def test_packed_samples_train_like_the_padded_run(runs, uninterrupted):
 
 def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted, tmp):
     """The killed run logged steps 1-4 and checkpointed step 2: the resumed run runs 3 and 4 again, and its rows
-    replace the killed run's (moved aside, not lost), so metrics.jsonl holds each step once."""
+    replace the killed run's (moved aside, not lost), so metrics.jsonl holds each step once. The resumed run
+    primed its models (--prime_models: a forward and backward before its first step, each rank's ``primed``
+    mark in that step's start-up report) and still repeats the uninterrupted run's steps."""
     rows, output, _, _ = runs["resumed"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[2]["startup/policy/primed_s"] >= rows[2]["startup/policy/ready_s"]
+    assert rows[2]["startup/reference/primed_s"] >= rows[2]["startup/reference/ready_s"]
+    assert not any(key.endswith("/primed_s") for key in uninterrupted[0])  # off by default
     replaced = tmp / "b" / "metrics.jsonl.replaced"
     assert [json.loads(line)["step"] for line in replaced.read_text().splitlines()] == [3, 4]
     assert f"metrics: 2 rows of steps after 2 (run again now) moved from {tmp / 'b' / 'metrics.jsonl'}" in output

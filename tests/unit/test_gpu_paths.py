@@ -324,16 +324,17 @@ class _Calls:
 
 
 @pytest.mark.parametrize(("gpus", "extra", "primed"), [
-    (True, ["--vllm_start_with_models"], True),  # the KV cache sized up front: nothing measured at the start
-    (True, [], False),  # the engines profile the free memory as they start beside the priming: skipped
-    (True, ["--vllm_start_with_models", "--no_prime_models"], False),
-    (False, [], True),  # CPU: the engines' memory is the host's, and nothing is profiled against the models
+    (True, ["--prime_models", "--vllm_start_with_models"], True),  # the KV cache sized up front: nothing measured
+    (True, ["--prime_models"], False),  # the engines profile the free memory as they start beside it: skipped
+    (True, ["--vllm_start_with_models"], False),  # off by default
+    (False, ["--prime_models"], True),  # CPU: the engines' memory is the host's, nothing profiled against the models
+    (False, [], False),
 ])
 def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_their_kv_cache(
         tmp_path, gpus, extra, primed):
     """Trainer._prime: the policy's forward and backward at its train micro-batch, the reference's forward at
-    its rollout micro-batch (ModelWorker.prime), except with --no_prime_models or where colocated GPU engines
-    size their KV cache from the memory free while they start (without --vllm_start_with_models)."""
+    its rollout micro-batch (ModelWorker.prime), with --prime_models, except where colocated GPU engines size
+    their KV cache from the memory free while they start (without --vllm_start_with_models)."""
     import trainer.loop as loop
     from trainer.config.cli import parse_args
     from trainer.placement import plan

@@ -332,7 +332,7 @@ OWN_FLAGS: dict[str, str] = {
     "skip_rollout_logprobs": "do not ask the engines for the sampled tokens' log-probs",
     "dynamic_filtering_max_rounds": "most rollouts drawn to fill one --dynamic_filtering batch",
     "vllm_start_with_models": "colocated engines start while the models load (KV cache sized up front)",
-    "no_prime_models": "no forward and backward of each model on dummy tokens while the engines start",
+    "prime_models": "each model's forward and backward once on dummy tokens while the engines start",
     "generate_timeout": "deadline of every engine call of a step; a dead or hung engine is replaced",
     "max_engine_restarts": "replacements of one engine before the job ends (slime's --use-fault-tolerance)",
     "reward_outage_timeout": "how long the job waits for an unreachable reward service",

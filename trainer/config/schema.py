@@ -162,14 +162,15 @@ class TrainerConfig:
         group=M,
         metavar="MODEL",
     )
-    no_prime_models: bool = flag(
-        False, "Do not prime the models. By default the policy's and reference's forward, and the policy's "
-        "backward, run once on a few dummy tokens while the engines start, so that step 1 does not pay what a "
-        "process does the first time (Triton's kernel compiles, ZeRO-3's record of the module order): at 7B on 4 "
-        "H200s step 1's make_experience and train took 14 s against 4 s later. Nothing is learnt (the backward "
-        "reaches no weight) and no random number is drawn. Skipped where colocated GPU engines measure the free "
-        "memory at their start (without --vllm_start_with_models): the priming's memory would be counted against "
-        "their KV cache.", group=M,
+    prime_models: bool = flag(
+        False, "Run the policy's and reference's forward, and the policy's backward, once on a few dummy tokens "
+        "while the engines start, so that step 1 does not pay what a process does the first time (Triton's kernel "
+        "compiles, ZeRO-3's record of the module order). Nothing is learnt (the backward reaches no weight) and no "
+        "random number is drawn. Off by default: at 7B on 4 H200s it took step 1's make_experience from 5.6 to "
+        "2.9 s but not its train phase (7.3 s against 6.8), and the engines beside it were ready 9 s later, so step "
+        "1 was 63.8 s against 60.7 without it (docs/benchmarks.md, thirteenth loan). Skipped where colocated GPU "
+        "engines measure the free memory at their start (without --vllm_start_with_models): the priming's memory "
+        "would be counted against their KV cache.", group=M,
     )  # fmt: skip
     remote_rm_url: tuple[str, ...] = flag(
         (),
