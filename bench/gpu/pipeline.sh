@@ -181,7 +181,7 @@ stage_step1_7b() {  # issue 38 item 2, step 1 alone (<= 60 s cold): the 7B and i
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --liger --kl-loss --prompts 32 --n 4 --new-tokens 512 \
     --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 16 --gpu-util 0.15 --params "$(params $work/m7b)" \
     --deadline "${STEP1_DEADLINE:-260}" --system-deadline "${STEP1_DEADLINE:-260}" \
-    --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
+    --rlrun-extra="${STEP1_INPROC---vllm_in_process} --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
 }
 
 stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compile: step1_7b (the engines started
@@ -208,6 +208,22 @@ stage_step1_prime() {  # issue 38 item 2, step 1 (<= 60 s cold): step1_modes's f
       TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=300 \
       STEP1_MORE="$more" stage_step1_7b
     echo "step1_prime: $run rc=$?"
+  done
+}
+
+stage_step1_split() {  # issue 38 item 2, what is left of step 1 (60.7-64.7 s with --vllm_compile none, 2026-11-28):
+  # (profile) the same job with step 1's make_experience and train under torch.profiler (--profile_step 1: the
+  # policy's first train phase was ~4 s over the later ones with its kernels primed, so not their first use),
+  # then (engine_proc) without --vllm_in_process, to tell which start-up flag costs the steady step its
+  # ~0.8 s over sbs7b_kl's (generate 2.6 against 2.18 s). Cold caches of their own; 5 steps each
+  local run more
+  for run in ${STEP1_SPLIT_RUNS:-profile engine_proc}; do
+    more="--vllm_compile none"
+    [ $run = profile ] && more="$more --profile_step 1"
+    VLLM_CACHE_ROOT=$work/cold_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$run/inductor \
+      TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=330 \
+      STEP1_MORE="$more" STEP1_INPROC="$([ $run = engine_proc ] || echo --vllm_in_process)" stage_step1_7b
+    echo "step1_split: $run rc=$?"
   done
 }
 
@@ -432,7 +448,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600)
     # its own session: it outlives the device call that starts it
