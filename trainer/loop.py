@@ -161,7 +161,8 @@ class Trainer:
         """Each model's first forward (and the policy's first backward) on dummy tokens, started now, beside the
         engines' start (ModelWorker.prime), with --prime_models. Not where colocated GPU engines profile the
         free memory as they start (no --vllm_start_with_models): what the priming holds then would be taken
-        from their KV cache. Returns the calls' refs."""
+        from their KV cache (the config check refuses the flag there; this holds for any other way to it).
+        Returns the calls' refs."""
         cfg = self.cfg
         if not cfg.prime_models or (self.plan.engines.colocated and self.plan.use_gpus
                                    and cfg.rollout_backend == "vllm" and not cfg.vllm_start_with_models):

@@ -325,16 +325,16 @@ class _Calls:
 
 @pytest.mark.parametrize(("gpus", "extra", "primed"), [
     (True, ["--prime_models", "--vllm_start_with_models"], True),  # the KV cache sized up front: nothing measured
-    (True, ["--prime_models"], False),  # the engines profile the free memory as they start beside it: skipped
     (True, ["--vllm_start_with_models"], False),  # off by default
-    (False, ["--prime_models"], True),  # CPU: the engines' memory is the host's, nothing profiled against the models
+    (False, ["--prime_models", "--vllm_start_with_models"], True),  # CPU: the flag asked for as on GPUs
     (False, [], False),
 ])
 def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_their_kv_cache(
         tmp_path, gpus, extra, primed):
     """Trainer._prime: the policy's forward and backward at its train micro-batch, the reference's forward at
-    its rollout micro-batch (ModelWorker.prime), with --prime_models, except where colocated GPU engines size
-    their KV cache from the memory free while they start (without --vllm_start_with_models)."""
+    its rollout micro-batch (ModelWorker.prime), with --prime_models. Where colocated engines would size their
+    KV cache from the memory free while they start (without --vllm_start_with_models) the flag is refused (the
+    next test)."""
     import trainer.loop as loop
     from trainer.config.cli import parse_args
     from trainer.placement import plan
@@ -356,3 +356,20 @@ def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_t
         assert refs == ["policy.prime", "reference.prime"]
     else:
         assert log == [] and refs == []
+
+
+def test_priming_beside_colocated_engines_that_profile_memory_as_they_start_is_refused():
+    """--prime_models with --colocate_all_models and vLLM but not --vllm_start_with_models: refused before the
+    job, naming the flag and why (the engines would count the priming's memory against their KV cache)."""
+    from trainer.config.cli import parse_args
+    from trainer.config.errors import ConfigError
+
+    argv = ["--pretrain", "m", "--prompt_data", "d.jsonl", "--reward_fn", "math_verify", "--rollout_backend", "vllm",
+            "--vllm_num_engines", "2", "--colocate_all_models", "--actor_num_nodes", "1",
+            "--actor_num_gpus_per_node", "2", "--ref_num_nodes", "1", "--ref_num_gpus_per_node", "2",
+            "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2", "--prime_models"]
+    with pytest.raises(ConfigError) as err:
+        parse_args(argv)
+    assert "--prime_models is only used with --vllm_start_with_models" in str(err.value)
+    assert "counted against their KV cache" in str(err.value)
+    assert parse_args([*argv, "--vllm_start_with_models"]).prime_models

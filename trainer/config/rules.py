@@ -451,6 +451,10 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      lambda c: c.adam_offload and c.zero_stage == 3),
     (("vllm_start_with_models",), "--colocate_all_models and --rollout_backend vllm",
      lambda c: "the engines do not share the models' GPUs", lambda c: c.colocate_all_models and c.rollout_backend == "vllm"),
+    (("prime_models",), "--vllm_start_with_models where the engines share the models' devices (--colocate_all_models "
+     "with --rollout_backend vllm)", lambda c: "colocated engines measure the free memory as they start, and the "
+     "priming's would be counted against their KV cache",
+     lambda c: c.vllm_start_with_models or not (c.colocate_all_models and c.rollout_backend == "vllm")),
     (("dynamic_filtering_reward_range", "dynamic_filtering_max_rounds"), "--dynamic_filtering",
      lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
     (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
@@ -472,7 +476,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
                     applies: Callable[[Config], bool]) -> Rule:
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "tools", "async_train", "dynamic_filtering", "is_correction",
-             "colocate_all_models", "load_checkpoint", "eval_data", "profile_step",
+             "colocate_all_models", "load_checkpoint", "eval_data", "profile_step", "vllm_start_with_models",
              *names}
 
     @_rule(*reads)

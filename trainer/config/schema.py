@@ -168,9 +168,9 @@ class TrainerConfig:
         "compiles, ZeRO-3's record of the module order). Nothing is learnt (the backward reaches no weight) and no "
         "random number is drawn. Off by default: at 7B on 4 H200s it took step 1's make_experience from 5.6 to "
         "2.9 s but not its train phase (7.3 s against 6.8), and the engines beside it were ready 9 s later, so step "
-        "1 was 63.8 s against 60.7 without it (docs/benchmarks.md, thirteenth loan). Skipped where colocated GPU "
-        "engines measure the free memory at their start (without --vllm_start_with_models): the priming's memory "
-        "would be counted against their KV cache.", group=M,
+        "1 was 63.8 s against 60.7 without it (docs/benchmarks.md, thirteenth loan). With --colocate_all_models "
+        "and vLLM it needs --vllm_start_with_models: engines that measure the free memory as they start would count "
+        "the priming's against their KV cache.", group=M,
     )  # fmt: skip
     remote_rm_url: tuple[str, ...] = flag(
         (),

@@ -329,12 +329,12 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         """Run this model's forward (and with ``train`` its backward) once on a small batch of dummy tokens, so
         that step 1 finds done what a process does the first time (--prime_models): Triton's compiles of the
         fused kernels (Liger's, per shape class: :data:`PRIME_LENGTHS`), ZeRO-3's record of the modules' order,
-        cuBLAS's and the caching allocator's set-up; the loop runs it while the engines start. At 7B on 4 H200s it
-        took step 1's make_experience from 5.6 to 2.9 s, not its train phase, whose first step costs something
-        else (docs/benchmarks.md, thirteenth loan). Nothing is learnt and no random number is drawn: the backward is taken with
-        respect to the embeddings' output only (``torch.autograd.grad``), so no parameter's gradient is
-        computed and DeepSpeed's reduction hooks never fire; the batch is ``arange`` token ids. ``rows``: the
-        micro-batch it will see. Returns its seconds."""
+        cuBLAS's and the caching allocator's set-up; the loop runs it while the engines start. At 7B on 4 H200s
+        it took step 1's make_experience from 5.6 to 2.9 s, not its train phase, whose first step costs
+        something else (docs/benchmarks.md, thirteenth loan). Nothing is learnt and no random number is drawn:
+        the backward is taken with respect to the embeddings' output only (``torch.autograd.grad``), so no
+        parameter's gradient is computed and DeepSpeed's reduction hooks never fire; the batch is ``arange``
+        token ids. ``rows``: the micro-batch it will see. Returns its seconds."""
         import time
 
         t0 = time.perf_counter()
