@@ -111,8 +111,9 @@ def _fresh_run(tiny: str, prime: bool) -> tuple[list[float], dict, float]:
     from trainer.learn.group import ActorGroup, GroupSpec
     from trainer.learn.model_worker import ModelWorker
 
-    g = ActorGroup(ModelWorker, GroupSpec("policy", num_nodes=1, gpus_per_node=2, use_gpus=False,
-                                          cpus_per_actor=0.5))
+    # a name of its own: the module's group (its placement group "rlrun-policy") is alive beside it
+    g = ActorGroup(ModelWorker, GroupSpec("primed" if prime else "plain", num_nodes=1, gpus_per_node=2,
+                                          use_gpus=False, cpus_per_actor=0.5))
     try:
         g.run("init_model", tiny, zero_stage=3, learning_rate=5e-3, micro_batch=4, grad_accum=1,
               gradient_checkpointing=True)
