@@ -159,13 +159,11 @@ class Trainer:
 
     def _prime(self) -> list[Any]:
         """Each model's first forward (and the policy's first backward) on dummy tokens, started now, beside the
-        engines' start (ModelWorker.prime), with --prime_models. Not where colocated GPU engines profile the
-        free memory as they start (no --vllm_start_with_models): what the priming holds then would be taken
-        from their KV cache (the config check refuses the flag there; this holds for any other way to it).
-        Returns the calls' refs."""
+        engines' start (ModelWorker.prime), with --prime_models. The config check refuses the flag where
+        colocated engines profile the free memory as they start (without --vllm_start_with_models): what the
+        priming holds then would be taken from their KV cache. Returns the calls' refs."""
         cfg = self.cfg
-        if not cfg.prime_models or (self.plan.engines.colocated and self.plan.use_gpus
-                                   and cfg.rollout_backend == "vllm" and not cfg.vllm_start_with_models):
+        if not cfg.prime_models:
             return []
         refs = self.policy.async_run("prime", cfg.micro_train_batch_size, True)
         if self.ref is not None:

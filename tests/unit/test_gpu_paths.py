@@ -323,21 +323,17 @@ class _Calls:
         return [f"{self.name}.{method}"]
 
 
-@pytest.mark.parametrize(("gpus", "extra", "primed"), [
-    (True, ["--prime_models", "--vllm_start_with_models"], True),  # the KV cache sized up front: nothing measured
-    (True, ["--vllm_start_with_models"], False),  # off by default
-    (False, ["--prime_models", "--vllm_start_with_models"], True),  # CPU: the flag asked for as on GPUs
-    (False, [], False),
+@pytest.mark.parametrize(("extra", "primed"), [
+    (["--prime_models", "--vllm_start_with_models"], True),
+    (["--vllm_start_with_models"], False),  # off by default
 ])
-def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_their_kv_cache(
-        tmp_path, gpus, extra, primed):
+def test_with_prime_models_the_models_are_primed_beside_the_engines_start(tmp_path, extra, primed):
     """Trainer._prime: the policy's forward and backward at its train micro-batch, the reference's forward at
     its rollout micro-batch (ModelWorker.prime), with --prime_models. Where colocated engines would size their
     KV cache from the memory free while they start (without --vllm_start_with_models) the flag is refused (the
     next test)."""
     import trainer.loop as loop
     from trainer.config.cli import parse_args
-    from trainer.placement import plan
 
     argv = ["--pretrain", "m", "--prompt_data", "d.jsonl", "--reward_fn", "tests.integration.loop_rewards:has_one",
             "--rollout_backend", "vllm", "--vllm_num_engines", "2", "--colocate_all_models",
@@ -345,9 +341,8 @@ def test_the_models_are_primed_beside_the_engines_start_unless_it_would_shrink_t
             "--ref_num_gpus_per_node", "2", "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2",
             "--rollout_batch_size", "4", "--micro_rollout_batch_size", "4", "--micro_train_batch_size", "2",
             "--train_batch_size", "8", "--save_path", str(tmp_path / "out"), *extra]
-    cfg = parse_args(argv)
     trainer = loop.Trainer.__new__(loop.Trainer)
-    trainer.cfg, trainer.plan = cfg, plan(cfg, gpus, 2 if gpus else 0)
+    trainer.cfg = parse_args(argv)
     log: list[tuple] = []
     trainer.policy, trainer.ref = _Calls("policy", log), _Calls("reference", log)
     refs = trainer._prime()
