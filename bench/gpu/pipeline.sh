@@ -184,14 +184,19 @@ stage_step1_7b() {  # issue 38 item 2, step 1 alone (<= 60 s cold): the 7B and i
     --rlrun-extra="${STEP1_INPROC---vllm_in_process} --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
 }
 
+step1_cold() {  # step1_cold NAME STEPS DEADLINE "MORE FLAGS" [INPROC]: one step1_7b run with vLLM's, Inductor's and
+  # Triton's caches of its own under $work/cold_NAME (each run cold); INPROC replaces --vllm_in_process ("": none)
+  VLLM_CACHE_ROOT=$work/cold_$1/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$1/inductor \
+    TRITON_CACHE_DIR=$work/cold_$1/triton STEP1_NAME=$1 STEP1_STEPS=$2 STEP1_DEADLINE=$3 STEP1_MORE="$4" \
+    STEP1_INPROC="${5---vllm_in_process}" stage_step1_7b
+}
+
 stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compile: step1_7b (the engines started
   # before the models' workers since 2026-11-28's loan) once per mode, 4 steps each (the later steps show what a
-  # mode costs generate), every run with caches of its own (vLLM's, Inductor's, Triton's): each one cold
+  # mode costs generate), each one cold
   local mode
   for mode in ${STEP1_MODES:-none dynamo inductor}; do
-    VLLM_CACHE_ROOT=$work/cold_$mode/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$mode/inductor \
-      TRITON_CACHE_DIR=$work/cold_$mode/triton STEP1_NAME=$mode STEP1_STEPS=4 STEP1_DEADLINE=300 \
-      STEP1_MORE="--vllm_compile $mode" stage_step1_7b
+    step1_cold $mode 4 300 "--vllm_compile $mode"
     echo "step1_modes: $mode rc=$?"
   done
 }
@@ -199,32 +204,18 @@ stage_step1_modes() {  # issue 38 item 2, step 1 (<= 60 s cold) by --vllm_compil
 stage_step1_prime() {  # issue 38 item 2, step 1 (<= 60 s cold): step1_modes's fastest start (--vllm_compile none,
   # 64.7 s on 2026-11-28's thirteenth loan: make_experience 4.7 and train 9.7 s of it, against 1.1 and 2.8 s
   # later) with the models primed while the engines start (--prime_models: ModelWorker.prime), then without:
-  # both in one loan, each with cold caches of its own; 5 steps each
-  local run more
-  for run in ${STEP1_PRIME_RUNS:-primed unprimed}; do
-    more="--vllm_compile none"
-    [ $run = primed ] && more="$more --prime_models"
-    VLLM_CACHE_ROOT=$work/cold_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$run/inductor \
-      TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=300 \
-      STEP1_MORE="$more" stage_step1_7b
-    echo "step1_prime: $run rc=$?"
-  done
+  # both in one loan, each cold; 5 steps each
+  step1_cold primed 5 300 "--vllm_compile none --prime_models"; echo "step1_prime: primed rc=$?"
+  step1_cold unprimed 5 300 "--vllm_compile none"; echo "step1_prime: unprimed rc=$?"
 }
 
 stage_step1_split() {  # issue 38 item 2, what is left of step 1 (60.7-64.7 s with --vllm_compile none, 2026-11-28):
   # (profile) the same job with step 1's make_experience and train under torch.profiler (--profile_step 1: the
   # policy's first train phase was ~4 s over the later ones with its kernels primed, so not their first use),
   # then (engine_proc) without --vllm_in_process, to tell which start-up flag costs the steady step its
-  # ~0.8 s over sbs7b_kl's (generate 2.6 against 2.18 s). Cold caches of their own; 5 steps each
-  local run more
-  for run in ${STEP1_SPLIT_RUNS:-profile engine_proc}; do
-    more="--vllm_compile none"
-    [ $run = profile ] && more="$more --profile_step 1"
-    VLLM_CACHE_ROOT=$work/cold_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold_$run/inductor \
-      TRITON_CACHE_DIR=$work/cold_$run/triton STEP1_NAME=$run STEP1_STEPS=5 STEP1_DEADLINE=330 \
-      STEP1_MORE="$more" STEP1_INPROC="$([ $run = engine_proc ] || echo --vllm_in_process)" stage_step1_7b
-    echo "step1_split: $run rc=$?"
-  done
+  # ~0.8 s over sbs7b_kl's (generate 2.6 against 2.18 s). Each cold; 5 steps each
+  step1_cold profile 5 330 "--vllm_compile none --profile_step 1"; echo "step1_split: profile rc=$?"
+  step1_cold engine_proc 5 330 "--vllm_compile none" ""; echo "step1_split: engine_proc rc=$?"
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
