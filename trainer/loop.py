@@ -120,9 +120,7 @@ class Trainer:
                 packing_samples=cfg.packing_samples, use_liger_kernel=cfg.use_liger_kernel))
         ray.get([ref for refs in loading for ref in refs])
         self.startup_marks.mark("models")
-        # each group's start, its slowest rank's (trainer.startup); the engines' are read once they are ready
-        self.startup_rows = {name: latest(group.run("startup")) for name, group in (
-            ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
+        self.startup_pending = True  # step 1 reports where the start-up went (_startup_report)
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         self.priming = self._prime()  # --prime_models: beside the engines' start; step 1 waits for it
@@ -170,18 +168,6 @@ class Trainer:
             refs += self.ref.async_run("prime", cfg.micro_rollout_batch_size, False)
         return refs
 
-    def _primed(self) -> None:
-        """Wait for the priming (its errors are the job's) and read the model groups' start-up marks again: each
-        rank's ``primed`` is in the step-1 report."""
-        import ray
-
-        ray.get(self.priming)
-        self.priming = []
-        if self.startup_rows is not None:
-            for name, group in (("policy", self.policy), ("reference", self.ref)):
-                if group is not None:
-                    self.startup_rows[name] = latest(group.run("startup"))
-
     def _group(self, worker_cls: type, group: GroupPlan, own_pg: object = None) -> ActorGroup:
         """An actor group as the plan places it (in the policy's placement group when colocated; ``own_pg``: its
         own placement group, reserved ahead with :func:`spec_of`)."""
@@ -203,8 +189,11 @@ class Trainer:
             with self.timer("sleep"):
                 freed = self.memory.sleep()
         if self.priming:  # step 1: the models' priming ran beside the engines' start and this rollout
+            import ray
+
             with self.timer("prime_wait"):
-                self._primed()
+                ray.get(self.priming)  # its errors are the job's
+            self.priming = []
         profiled = self._profile_begin() if state.step == cfg.profile_step else []
         with self.timer("make_experience"):
             exp, extra = self.make_experience(rollout)
@@ -218,7 +207,7 @@ class Trainer:
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
                    **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
-        if self.startup_rows is not None:  # this run's first step: where the start-up went, once
+        if self.startup_pending:  # this run's first step: where the start-up went, once
             metrics.update(self._startup_report())
         if self.memory.sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
@@ -230,10 +219,13 @@ class Trainer:
 
     def _startup_report(self) -> dict[str, float]:
         """Print and return (``startup/<who>/<mark>_s``) each process's start as seconds after the driver's
-        process began: the driver's own marks, each model group's slowest rank, each engine (trainer.startup)."""
+        process began: the driver's own marks, each model group's slowest rank (its marks read now, ``primed``
+        included), each engine (trainer.startup)."""
         self.startup_marks.mark("step1")
-        rows = {"driver": self.startup_marks.get(), **self.startup_rows, **self.engines.startup_rows()}
-        self.startup_rows = None
+        groups = {name: latest(group.run("startup")) for name, group in (
+            ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
+        rows = {"driver": self.startup_marks.get(), **groups, **self.engines.startup_rows()}
+        self.startup_pending = False
         origin = rows["driver"].get("process", rows["driver"]["trainer"])
         line, metrics = report(rows, origin)
         print(line, flush=True)

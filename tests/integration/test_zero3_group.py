@@ -105,9 +105,9 @@ def test_checkpoint_resume_gives_the_same_next_step(group, tiny, tmp_path):
     assert resumed == uninterrupted
 
 
-def _fresh_run(tiny: str, prime: bool) -> tuple[list[float], dict, float]:
+def _fresh_run(tiny: str, prime: bool) -> tuple[list[float], dict, list[dict[str, float]]]:
     """A new 2-rank policy group (gradient checkpointing on, as on the GPUs), primed or not, then two
-    optimizer steps: their losses, the gathered weights, the priming's seconds."""
+    optimizer steps: their losses, the gathered weights, each rank's start-up marks."""
     from trainer.learn.group import ActorGroup, GroupSpec
     from trainer.learn.model_worker import ModelWorker
 
@@ -117,10 +117,11 @@ def _fresh_run(tiny: str, prime: bool) -> tuple[list[float], dict, float]:
     try:
         g.run("init_model", tiny, zero_stage=3, learning_rate=5e-3, micro_batch=4, grad_accum=1,
               gradient_checkpointing=True)
-        seconds = max(g.run("prime", 4, True)) if prime else 0.0
+        if prime:
+            g.run("prime", 4, True)
         batch = _batch(tiny)
         losses = [g.run_sharded("train_sft", [[batch], [batch]])[0] for _ in range(2)]
-        return losses, g.run("full_state")[0], seconds
+        return losses, g.run("full_state")[0], g.run("startup")
     finally:
         g.shutdown()
 
@@ -129,9 +130,9 @@ def test_priming_changes_nothing_the_run_learns(ray_local, tiny):
     """--prime_models runs a forward and a backward before step 1: the two steps after it, and the weights they
     leave, equal a run without it to the bit (a gradient of the priming's backward left in DeepSpeed's
     buffers, or a random draw, would show here)."""
-    plain_losses, plain_state, _ = _fresh_run(tiny, prime=False)
-    primed_losses, primed_state, seconds = _fresh_run(tiny, prime=True)
-    assert seconds > 0
+    plain_losses, plain_state, plain_marks = _fresh_run(tiny, prime=False)
+    primed_losses, primed_state, marks = _fresh_run(tiny, prime=True)
+    assert all(m["primed"] > m["ready"] for m in marks) and not any("primed" in m for m in plain_marks)
     assert primed_losses == plain_losses
     assert set(primed_state) == set(plain_state)
     for name, tensor in plain_state.items():

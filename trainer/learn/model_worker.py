@@ -325,7 +325,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         """logprobs() of a micro-batch dict (as Experience.rows gives it)."""
         return self.logprobs(mb["input_ids"], mb["attention_mask"], mb["action_mask"].size(1))
 
-    def prime(self, rows: int, train: bool) -> float:
+    def prime(self, rows: int, train: bool) -> None:
         """Run this model's forward (and with ``train`` its backward) once on a small batch of dummy tokens, so
         that step 1 finds done what a process does the first time (--prime_models): Triton's compiles of the
         fused kernels (Liger's, per shape class: :data:`PRIME_LENGTHS`), ZeRO-3's record of the modules' order,
@@ -334,10 +334,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
         something else (docs/benchmarks.md, thirteenth loan). Nothing is learnt and no random number is drawn:
         the backward is taken with respect to the embeddings' output only (``torch.autograd.grad``), so no
         parameter's gradient is computed and DeepSpeed's reduction hooks never fire; the batch is ``arange``
-        token ids. ``rows``: the micro-batch it will see. Returns its seconds."""
-        import time
-
-        t0 = time.perf_counter()
+        token ids. ``rows``: the micro-batch it will see. Its end is the start-up mark ``primed``."""
         device = self.engine.device
         captured: list[torch.Tensor] = []  # the embeddings' output of the forward with gradients
         embeddings = self.engine.module.get_input_embeddings()
@@ -361,7 +358,6 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             torch.cuda.synchronize()
             torch.cuda.empty_cache()  # back to the engines starting beside it
         self.startup_marks.mark("primed")
-        return time.perf_counter() - t0
 
     def train_policy(self, micro_batches: list[dict[str, torch.Tensor]], objective: PolicyObjective,
                      lr: float | None = None, measure_mismatch: bool = False) -> dict[str, float]:
