@@ -31,6 +31,8 @@
 #            the 7B made first (0-3)
 #   step1_modes step1_7b once per --vllm_compile mode (none, dynamo, inductor), 4 steps each, every cache cold (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
+#   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
+#            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
 #   sbs7b_m16 rlrun alone at the sbs7b shape with micro-batches of 16: one lever of issue 38 item 2 (0-3)
 #   sbs05    (one GPU, STEP1_GPU) the 0.5B colocated RLOO job of the 2026-11-24 figures: rlrun, OpenRLHF and
@@ -278,8 +280,9 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
 stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
   # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
   # timing/forward/*), then --old_logprobs train with a KL loss, the engine's core in-process and Liger's
-  # kernels in the policy and reference (--use_liger_kernel). Eager engines. Each run has 400 s: beside inputs and
-  # two multi-turn benches (PRE_MT) the first one's engine took 4 min to start, and 240 s stopped it (2026-11-28)
+  # kernels in the policy and reference (--use_liger_kernel), the kernel prewarm beside the engine
+  # (--vllm_prewarm_kernels). Eager engines. Each run has 400 s: beside inputs and two multi-turn benches (PRE_MT)
+  # the first one's engine took 4 min to start, and 240 s stopped it (2026-11-28)
   local m=$work/tiny rc=0
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
   python3 -m trainer.tiny dataset $work/tiny.jsonl --n 16 --kind copy >/dev/null || return 1
@@ -293,15 +296,25 @@ stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop w
   for run in rollout train; do
     local extra=(--old_logprobs rollout --train_batch_size 8 --profile_step 2 --ref_zero_stage 0
                  --sync_bucket_bytes 300000)
-    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process
+    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process --vllm_prewarm_kernels
                                 --use_liger_kernel)
     mkdir -p "$res/check1_$run"
     CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 400 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
       --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
     cp $work/check1_$run/metrics.jsonl "$res/check1_$run/" 2>/dev/null
+    grep -h "kernel prewarm" "$res/check1_$run/job.log" | tail -2
     tail -3 "$res/check1_$run/job.log"
   done
   return $rc
+}
+
+stage_prewarm() {  # one GPU, ~5 min: issue 38 item 2 (step 1 <= 60 s cold), the lever for the ~17 s of Triton
+  # compiles at the end of an engine's start: bench/gpu/prewarm_bench.py at the 7B shape (dummy weights, TP 1), a
+  # cold engine against the same with --vllm_prewarm_kernels's child first, beside it, and on a warm cache
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/prewarm_bench.py --shape 7b --out $work/prewarm
+  cp $work/prewarm/summary.json "$res/prewarm_summary.json" 2>/dev/null
+  for r in cold child_first beside warm; do grep -hE "Triton|kernel prewarm|init engine|took" \
+    $work/prewarm/$r/engine.log 2>/dev/null | tail -8 | sed "s|^|$r: |"; done
 }
 
 stage_async05() {
@@ -441,7 +454,7 @@ case ${1:-} in
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
                        [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
-                       [tools]=600 [par]=900 [pre]=600)
+                       [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
     setsid bash -c "$(declare -f run_stage); $(declare -p limits); status=$status; res=$res; work=$work; root=$root;
       for s in ${stages[*]}; do run_stage \$s \${limits[\$s]:-600}; done; echo done >>$status" \

@@ -96,12 +96,36 @@ def hf_refs(models: tuple[Path, Path]) -> Iterator[tuple]:
         r.shutdown()
 
 
+#: The module's engine samples like this; its kernel prewarm compiles for it (trainer.rollout.kernel_prewarm).
+PREWARM_SAMPLING = {"n": 2, "temperature": 1.0, "top_p": 0.9}
+
+
 @pytest.fixture(scope="module")
-def vllm_engine(models: tuple[Path, Path]) -> Iterator:
+def prewarmed(models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The kernel prewarm's child run to its end for the module's engine (a one-layer copy of model 0 with
+    dummy weights, on the CPU build), in a Triton cache of the module's own: what it did, and the marker."""
+    from trainer.rollout import kernel_prewarm
+
+    cache = tmp_path_factory.mktemp("triton")
+    before = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # the module's engine (its own prewarm) looks here too
+    spec = kernel_prewarm.engine_spec(models[0], "float32", {"max_model_len": 512}, True, 0, PREWARM_SAMPLING)
+    child = kernel_prewarm.start(spec)
+    child.proc.wait(timeout=300)
+    yield {"outcome": child.finish(), "marker": cache / f"rlrun-prewarm-{kernel_prewarm.prewarm_key(spec)}.done",
+           "spec": spec}
+    if before is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = before
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(models: tuple[Path, Path], prewarmed: dict) -> Iterator:
     from trainer.rollout.vllm_engine import VllmEngine
 
     engine = VllmEngine(str(models[0]), dtype="float32", max_model_len=512, enable_prefix_caching=True,
-                        kv_cache_memory_bytes=64 << 20, seed=0)  # fmt: skip
+                        kv_cache_memory_bytes=64 << 20, seed=0, prewarm_sampling=PREWARM_SAMPLING)  # fmt: skip
     yield engine
     engine.shutdown()
 
@@ -130,6 +154,20 @@ def long_prompt(engine) -> str:  # noqa: ANN001
         block = engine.llm.llm_engine.vllm_config.cache_config.block_size
     text = "The rain in Spain stays mainly in the plain. " * 12
     return text[: max(3 * block + 5, 100)]
+
+
+def test_the_kernel_prewarm_runs_once_per_cache_and_the_engine_finds_it_done(prewarmed, vllm_engine) -> None:  # noqa: ANN001
+    """The prewarm's child started vLLM on a one-layer copy of the model with dummy weights, sampled once as the
+    job does and wrote its marker; the engine built after it, asking for the same prewarm, found the marker
+    (warm: nothing ran a second time) and marked when its child ended, before it was ready itself."""
+    import json
+
+    assert prewarmed["outcome"]["status"] == "done", prewarmed["outcome"]
+    assert json.loads(prewarmed["marker"].read_text()) == prewarmed["spec"]
+    assert vllm_engine.prewarm_outcome["status"] == "warm", vllm_engine.prewarm_outcome
+    marks = vllm_engine.startup_marks.get()
+    assert marks["init"] <= marks["prewarm"] <= marks["prewarmed"] <= marks["ready"], marks
+    assert vllm_engine._prewarm.proc.returncode == 0
 
 
 # --- both engines ----------------------------------------------------------------------------------------

@@ -248,6 +248,8 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
                                              ["--vllm_compile none with --vllm_cudagraph_mode piecewise: piecewise "
                                               "CUDA graphs are cut from torch.compile's graph", "expected auto, "
                                               "full_decode_only or none"]),
+    "kernel prewarm without vLLM": (["--rollout_backend hf", "--vllm_prewarm_kernels"], (),
+                                    ["--vllm_prewarm_kernels is only used with --rollout_backend vllm"]),
     "unknown compile mode": (["--vllm_compile fast"], (),
                              ["--vllm_compile 'fast': expected one of inductor, dynamo, none"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),

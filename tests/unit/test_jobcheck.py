@@ -132,7 +132,7 @@ def test_cpu_cluster_counts_a_quarter_cpu_per_rank_and_engine():
         "(TP 1) 1 of 1: 1 x 0.25 = 1 CPUs of Ray resources needed (a rank or engine takes 0.25), the cluster has 0.5")
 
 
-@pytest.mark.parametrize("flag", ["use_liger_kernel", "flash_attn"])
+@pytest.mark.parametrize("flag", ["use_liger_kernel", "flash_attn", "vllm_prewarm_kernels"])
 def test_a_gpu_kernel_flag_on_a_cpu_cluster_is_refused_before_submit(flag):
     cfg, gpus = job("tiny-rloo", f"{flag}=true")
     report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)

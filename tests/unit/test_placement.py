@@ -378,6 +378,16 @@ def test_a_cuda_graph_mode_reaches_every_engine_beside_the_largest_graph():
         assert kwargs["cudagraph_mode"] == mode and kwargs["compilation_config"] == auto["compilation_config"]
 
 
+def test_the_kernel_prewarm_reaches_every_engine_with_the_jobs_sampling():
+    from trainer.rollout.engines import vllm_kwargs
+
+    cfg = cfg_of("32b-rloo")
+    assert "prewarm_sampling" not in vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
+    cfg = cfg_of("32b-rloo", "vllm_prewarm_kernels=true", "top_p=0.95", "temperature=0.7")
+    kwargs = vllm_kwargs(cfg, placement.plan(cfg, use_gpus=True))
+    assert kwargs["prewarm_sampling"] == {"n": cfg.n_samples_per_prompt, "temperature": 0.7, "top_p": 0.95}
+
+
 def test_a_compile_mode_reaches_every_engine_and_becomes_vllms_compilation_config():
     """--vllm_compile: inductor (the default) adds nothing; dynamo is vLLM's compile backend eager; none is no
     torch.compile with whole CUDA graphs for the decode steps only (vLLM would make its default full, which

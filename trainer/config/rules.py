@@ -430,7 +430,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
     (("remote_rm_timeout", "remote_rm_retries", "reward_outage_timeout"), "--remote_rm_url", lambda c: "the reward is a local function",
      lambda c: bool(c.remote_rm_url)),
     (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes", "vllm_in_process",
-      "vllm_cudagraph_mode", "vllm_compile"), "--rollout_backend vllm",
+      "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
     (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
       "tool_max_sample_tokens", "tool_rejoin_steps"),

@@ -35,8 +35,9 @@ WANDB_FROM_ENV = "env"
 REDACTED = "<redacted>"
 #: Flags that need CUDA GPUs on the nodes when set away from their defaults: the ranks refuse them at start-up
 #: without one (trainer.learn.model_worker.require_cuda), the engines theirs (VllmEngine's cudagraph_mode), and
-#: rlrun's pre-submit check on a cluster without GPUs.
-CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile")
+#: rlrun's pre-submit check on a cluster without GPUs. --vllm_prewarm_kernels alone runs on the CPU build too
+#: (its one-layer copy starts, compiling nothing of use there): rlrun's check is what refuses it.
+CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels")
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
 DEFAULT_REJOIN_STEPS = 0
 #: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
@@ -151,6 +152,14 @@ class TrainerConfig:
         False, "Colocated engines on GPUs start while the models load (their KV cache sized up front from "
         "--vllm_gpu_memory_utilization and the checkpoint's size, instead of vLLM profiling the free memory "
         "after the models are up): a shorter first step.", group=V,
+    )  # fmt: skip
+    vllm_prewarm_kernels: bool = flag(
+        False, "GPU engines: while each node's first engine starts, a one-layer copy of it with dummy weights, in a "
+        "process of its own, compiles the engine's Triton kernels (its model runner's and sampler's, the same for "
+        "every depth of the model) into the node's Triton cache, so the engine finds them there at the end of its "
+        "start instead of compiling them one by one (vLLM 0.26 on an H200: ~17 s of a 7B engine's start on a cold "
+        "cache). A node whose cache holds them already runs nothing; the copy is stopped once its engine is ready.",
+        group=V,
     )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------
     pretrain: str | None = flag(

@@ -75,6 +75,9 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
             kwargs["cudagraph_mode"] = cfg.vllm_cudagraph_mode
         if cfg.vllm_compile != "inductor":
             kwargs["compile_mode"] = cfg.vllm_compile
+    if cfg.vllm_prewarm_kernels:  # the sampler's kernels are compiled for the settings the job samples with
+        kwargs["prewarm_sampling"] = {"n": cfg.n_samples_per_prompt, "temperature": cfg.temperature,
+                                      "top_p": cfg.top_p}
     return kwargs
 
 

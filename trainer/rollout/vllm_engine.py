@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.config import CUDAGRAPH_MODES, VLLM_COMPILE_MODES, compile_conflict
-from trainer.rollout import vllm_compat
+from trainer.rollout import kernel_prewarm, vllm_compat
 from trainer.rollout.engine import (
     RolloutEngine,
     Sample,
@@ -110,6 +110,10 @@ class VllmEngine(RolloutEngine):
             ``dynamo`` or ``none``: :func:`compile_config`.
         dtype: model dtype for vLLM ("auto": from the checkpoint config).
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
+        prewarm_sampling: the job's sampling settings (``n``, ``temperature``, ``top_p``): compile this engine's
+            Triton kernels into the node's cache beside its start, in a one-layer copy of it
+            (:mod:`trainer.rollout.kernel_prewarm`); what it did is :attr:`prewarm_outcome` once the engine is
+            ready. None: no such copy.
         sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
             them, for callers that push new weights before generating again).
         llm_kwargs: anything else for ``vllm.LLM`` (``max_model_len``, ``distributed_executor_backend``...).
@@ -132,10 +136,38 @@ class VllmEngine(RolloutEngine):
         seed: int = 0,
         in_process: bool | None = None,
         sleep_level: int = 1,
+        prewarm_sampling: dict[str, Any] | None = None,
         **llm_kwargs: Any,
     ) -> None:
         self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
         self.startup_marks.mark("init")
+        self._prewarm: kernel_prewarm.Prewarm | None = None
+        self.prewarm_outcome: dict[str, Any] | None = None
+        if prewarm_sampling is not None:  # first: its process imports vLLM while this one does
+            self._prewarm = kernel_prewarm.start(kernel_prewarm.engine_spec(
+                model_path, dtype, llm_kwargs, enable_prefix_caching, seed, prewarm_sampling))
+            self.startup_marks.mark("prewarm")
+        try:
+            self._start(model_path, tensor_parallel_size, gpu_memory_utilization, kv_cache_memory_bytes, kv_upfront,
+                        enable_prefix_caching, enable_sleep, enforce_eager, cudagraph_mode, compile_mode, dtype, seed,
+                        in_process, sleep_level, llm_kwargs)
+        finally:
+            self._end_prewarm()
+
+    def _end_prewarm(self) -> None:
+        """Stop the kernel prewarm if it still runs (the engine is up, or failed), record and log what it did."""
+        if self._prewarm is None or self.prewarm_outcome is not None:
+            return
+        self.prewarm_outcome = outcome = self._prewarm.finish()
+        if outcome["ended"] is not None:
+            self.startup_marks.marks["prewarmed"] = outcome["ended"]
+        log.info("kernel prewarm %s after %.1f s%s", outcome["status"], outcome["seconds"],
+                 f": {outcome['detail']}" if outcome["detail"] else "")
+
+    def _start(self, model_path: str, tensor_parallel_size: int, gpu_memory_utilization: float,
+               kv_cache_memory_bytes: int | None, kv_upfront: bool, enable_prefix_caching: bool, enable_sleep: bool,
+               enforce_eager: bool, cudagraph_mode: str | None, compile_mode: str | None, dtype: str, seed: int,
+               in_process: bool | None, sleep_level: int, llm_kwargs: dict[str, Any]) -> None:
         from vllm.platforms import current_platform
 
         self.startup_marks.mark("imported")
@@ -443,7 +475,8 @@ class VllmEngine(RolloutEngine):
 
     def shutdown(self) -> None:
         """Shut the engine core down (frees its shared memory); idempotent."""
-        llm, self._llm = self._llm, None
+        self._end_prewarm()
+        llm, self._llm = getattr(self, "_llm", None), None
         if llm is None:
             return
         try:
