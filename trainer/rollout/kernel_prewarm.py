@@ -223,6 +223,10 @@ def run(spec: Mapping[str, Any], cache: Path) -> str:
     from vllm.inputs import TokensPrompt
     from vllm.platforms import current_platform
 
+    from trainer.rollout import vllm_compat
+
+    vllm_compat.warm_model_info(spec["model"])  # as the engine does: no subprocess that imports vLLM again
+
     kwargs: dict[str, Any] = dict(
         model=spec["model"], load_format="dummy", hf_overrides=one_layer_overrides(spec["model"]),
         tensor_parallel_size=1, enforce_eager=True, dtype=spec["dtype"], seed=spec["seed"],

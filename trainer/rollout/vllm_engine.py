@@ -161,8 +161,8 @@ class VllmEngine(RolloutEngine):
         self.prewarm_outcome = outcome = self._prewarm.finish()
         if outcome["ended"] is not None:
             self.startup_marks.marks["prewarmed"] = outcome["ended"]
-        log.info("kernel prewarm %s after %.1f s%s", outcome["status"], outcome["seconds"],
-                 f": {outcome['detail']}" if outcome["detail"] else "")
+        log.log(logging.WARNING if outcome["status"] == "failed" else logging.INFO, "kernel prewarm %s after %.1f s%s",
+                outcome["status"], outcome["seconds"], f": {outcome['detail']}" if outcome["detail"] else "")
 
     def _start(self, model_path: str, tensor_parallel_size: int, gpu_memory_utilization: float,
                kv_cache_memory_bytes: int | None, kv_upfront: bool, enable_prefix_caching: bool, enable_sleep: bool,
