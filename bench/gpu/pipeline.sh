@@ -30,6 +30,7 @@
 #   step1_7b rlrun alone as in sbs7b_kl with --vllm_start_with_models --vllm_in_process, 2 steps: step 1 cold,
 #            the 7B made first (0-3)
 #   step1_modes step1_7b once per --vllm_compile mode (none, dynamo, inductor), 4 steps each, every cache cold (0-3)
+#   step1_prewarm step1_7b with --vllm_prewarm_kernels, then without, --vllm_compile none, 5 steps each, cold (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
@@ -218,6 +219,15 @@ stage_step1_split() {  # issue 38 item 2, what is left of step 1 (60.7-64.7 s wi
   # ~0.8 s over sbs7b_kl's (generate 2.6 against 2.18 s). Each cold; 5 steps each
   step1_cold profile 5 330 "--vllm_compile none --profile_step 1"; echo "step1_split: profile rc=$?"
   step1_cold engine_proc 5 330 "--vllm_compile none" ""; echo "step1_split: engine_proc rc=$?"
+}
+
+stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on 2026-11-28): the kernel prewarm
+  # (--vllm_prewarm_kernels) against the ~17 s of Triton compiles at the end of the engines' start. On one H200 a
+  # 7B-shaped engine whose kernels its prewarm had compiled first was ready in 32.9 s against 54.1 s cold, but a
+  # prewarm beside a TP-1 engine gained nothing: the copy took as long to start as the engine (52.5 s); here the
+  # engines' TP workers take ~27 s more than the copy's start. Each cold; 5 steps each
+  step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels"; echo "step1_prewarm: prewarm rc=$?"
+  step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -452,7 +462,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
