@@ -112,7 +112,7 @@ def test_a_child_still_compiling_when_its_engine_is_ready_is_stopped_with_its_pr
                             start_new_session=True)
     grandchild = int(proc.stdout.readline())
     prewarm = kp.Prewarm(proc, tempfile.TemporaryFile(), time.time())  # noqa: SIM115 (finish closes it)
-    outcome = prewarm.finish(grace=2)
+    outcome = prewarm.finish()
     assert outcome["status"] == "stopped" and outcome["ended"] is None, outcome
     assert proc.returncode is not None
     deadline = time.monotonic() + 10

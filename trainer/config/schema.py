@@ -158,7 +158,8 @@ class TrainerConfig:
         "process of its own, compiles the engine's Triton kernels (its model runner's and sampler's, the same for "
         "every depth of the model) into the node's Triton cache, so the engine finds them there at the end of its "
         "start instead of compiling them one by one (vLLM 0.26 on an H200: ~17 s of a 7B engine's start on a cold "
-        "cache). A node whose cache holds them already runs nothing; the copy is stopped once its engine is ready.",
+        "cache). A node whose cache holds them already runs nothing; the copy is stopped once its engine is ready. "
+        "While it runs it holds ~2-4 GB of the engine's GPU (its embedding and output layer, a small KV cache).",
         group=V,
     )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------

@@ -128,23 +128,19 @@ class Prewarm:
     started: float
     outcome: dict[str, Any] = field(default_factory=dict)
 
-    def finish(self, grace: float = 5.0) -> dict[str, Any]:
-        """End the child: if it still runs, stop it (SIGTERM to its process group, SIGKILL after ``grace``
-        seconds). Returns what it did: ``status`` (``done``: it compiled and wrote the marker, ``warm``: the
-        marker was there, ``busy``: another engine's child ran, ``stopped``: it was still running, ``failed``),
-        ``seconds`` it ran, ``ended`` (wall-clock time) when it ended by itself, and ``detail``. Idempotent."""
+    def finish(self) -> dict[str, Any]:
+        """End the child: if it still runs, kill its process group (SIGKILL: the engine waits for nothing, and
+        Triton writes each cache entry under a temporary name first, so a kill leaves no half of one). Returns
+        what it did: ``status`` (``done``: it compiled and wrote the marker, ``warm``: the marker was there,
+        ``busy``: another engine's child ran, ``stopped``: it was still running, ``failed``), ``seconds`` it
+        ran, ``ended`` (wall-clock time) when it ended by itself, and ``detail``. Idempotent."""
         if self.outcome:
             return self.outcome
         rc = self.proc.poll()
         if rc is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
             self.outcome = {"status": "stopped", "seconds": time.time() - self.started, "ended": None,
                             "detail": "still compiling when the engine was ready"}
         else:

@@ -144,9 +144,13 @@ class VllmEngine(RolloutEngine):
         self._prewarm: kernel_prewarm.Prewarm | None = None
         self.prewarm_outcome: dict[str, Any] | None = None
         if prewarm_sampling is not None:  # first: its process imports vLLM while this one does
-            self._prewarm = kernel_prewarm.start(kernel_prewarm.engine_spec(
-                model_path, dtype, llm_kwargs, enable_prefix_caching, seed, prewarm_sampling))
-            self.startup_marks.mark("prewarm")
+            spec = kernel_prewarm.engine_spec(model_path, dtype, llm_kwargs, enable_prefix_caching, seed,
+                                              prewarm_sampling)  # a bad one is the caller's bug: raised
+            try:
+                self._prewarm = kernel_prewarm.start(spec)
+                self.startup_marks.mark("prewarm")
+            except OSError as e:  # a cache filler: the engine starts without it
+                log.warning("kernel prewarm not started: %s", e)
         try:
             self._start(model_path, tensor_parallel_size, gpu_memory_utilization, kv_cache_memory_bytes, kv_upfront,
                         enable_prefix_caching, enable_sleep, enforce_eager, cudagraph_mode, compile_mode, dtype, seed,
