@@ -140,3 +140,27 @@ def test_a_child_ends_when_its_parent_does(tmp_path):
         time.sleep(0.1)
     assert _gone(child), f"the child {child} outlived its parent"
     parent.stdout.close()
+
+
+def test_the_engine_reports_a_prewarm_it_gave_up_on_in_its_start_up_marks(caplog):
+    """What the engine does with its copy once it is ready (VllmEngine._end_prewarm, the engine's start left out):
+    a copy still running is stopped, named in the step-1 start-up report (``prewarm_stopped``) and warned of."""
+    import logging
+    import tempfile
+
+    from trainer.rollout.vllm_engine import VllmEngine
+    from trainer.startup import Marks
+
+    engine = object.__new__(VllmEngine)  # no vLLM here: only the end of __init__
+    engine.startup_marks, engine.prewarm_outcome = Marks(), None
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    engine._prewarm = kp.Prewarm(proc, tempfile.TemporaryFile(), time.time())  # noqa: SIM115 (finish closes it)
+    with caplog.at_level(logging.INFO, logger="trainer.rollout.vllm_engine"):
+        engine._end_prewarm()
+        engine._end_prewarm()  # once
+    assert engine.prewarm_outcome["status"] == "stopped" and proc.returncode is not None
+    marks = engine.startup_marks.get()
+    assert "prewarm_stopped" in marks and "prewarmed" not in marks, marks
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "kernel prewarm stopped" in warned[0].getMessage(), caplog.text
+    assert "it came too late to help" in warned[0].getMessage()

@@ -142,7 +142,7 @@ class Prewarm:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.outcome = {"status": "stopped", "seconds": time.time() - self.started, "ended": None,
-                            "detail": "still compiling when the engine was ready"}
+                            "detail": "still compiling when the engine was ready: it came too late to help"}
         else:
             self.log.seek(0)
             self.outcome = _read_outcome(rc, self.log.read().decode(errors="replace"), self.started)

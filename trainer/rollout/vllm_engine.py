@@ -34,6 +34,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -163,10 +164,12 @@ class VllmEngine(RolloutEngine):
         if self._prewarm is None or self.prewarm_outcome is not None:
             return
         self.prewarm_outcome = outcome = self._prewarm.finish()
-        if outcome["ended"] is not None:
-            self.startup_marks.marks["prewarmed"] = outcome["ended"]
-        log.log(logging.WARNING if outcome["status"] == "failed" else logging.INFO, "kernel prewarm %s after %.1f s%s",
-                outcome["status"], outcome["seconds"], f": {outcome['detail']}" if outcome["detail"] else "")
+        # in the step-1 start-up report: when its copy compiled (or found the marker), else when it was given up
+        status = outcome["status"]
+        name = "prewarmed" if status in ("done", "warm") else f"prewarm_{status}"
+        self.startup_marks.marks[name] = outcome["ended"] if outcome["ended"] is not None else time.time()
+        log.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO, "kernel prewarm %s after %.1f s%s",
+                status, outcome["seconds"], f": {outcome['detail']}" if outcome["detail"] else "")
 
     def _start(self, model_path: str, tensor_parallel_size: int, gpu_memory_utilization: float,
                kv_cache_memory_bytes: int | None, kv_upfront: bool, enable_prefix_caching: bool, enable_sleep: bool,
