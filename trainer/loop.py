@@ -120,7 +120,6 @@ class Trainer:
                 packing_samples=cfg.packing_samples, use_liger_kernel=cfg.use_liger_kernel))
         ray.get([ref for refs in loading for ref in refs])
         self.startup_marks.mark("models")
-        self.startup_pending = True  # step 1 reports where the start-up went (_startup_report)
         if self.engines is None:
             self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
         self.priming = self._prime()  # --prime_models: beside the engines' start; step 1 waits for it
@@ -207,7 +206,7 @@ class Trainer:
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
                    **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
-        if self.startup_pending:  # this run's first step: where the start-up went, once
+        if "step1" not in self.startup_marks:  # this run's first step: where the start-up went, once
             metrics.update(self._startup_report())
         if self.memory.sleeps:
             metrics["memory/engine_freed_gib"] = freed / 2**30
@@ -225,7 +224,6 @@ class Trainer:
         groups = {name: latest(group.run("startup")) for name, group in (
             ("policy", self.policy), ("reference", self.ref), ("critic", self.critic)) if group is not None}
         rows = {"driver": self.startup_marks.get(), **groups, **self.engines.startup_rows()}
-        self.startup_pending = False
         origin = rows["driver"].get("process", rows["driver"]["trainer"])
         line, metrics = report(rows, origin)
         print(line, flush=True)

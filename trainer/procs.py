@@ -1,4 +1,4 @@
-"""Processes by PID: whether one still runs, and the fields of its /proc/PID/stat.
+"""Processes by PID: whether one still runs, the fields of its /proc/PID/stat, and ending with another.
 
 One answer for every caller (the reward pool's CPU clock, trainer/reward/pool.py; the Slurm job's wait for its
 node steps, rlrun/slurm/runtime.py; the test labs' holders and leftovers, tests/lab/; the benchmarks). Standard
@@ -8,6 +8,8 @@ library only.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 
@@ -55,3 +57,16 @@ def alive(pid: int) -> bool:
             pass
         return True
     return fields[0] != "Z"
+
+
+def exit_when_gone(pid: int, interval: float = 1.0) -> None:
+    """End this process (``os._exit(0)``, no clean-up) once process ``pid`` no longer runs (:func:`alive`),
+    checked every ``interval`` seconds from a daemon thread: a helper process that must not outlive the one it
+    works for (the reward pool's workers, their pool's owner; a GPU engine's kernel prewarm, the engine), where
+    a signal from the kernel on its parent's death (PR_SET_PDEATHSIG) is not enough or not to be relied on."""
+    def watch() -> None:
+        while alive(pid):
+            time.sleep(interval)
+        os._exit(0)
+
+    threading.Thread(target=watch, name=f"exit-when-{pid}-gone", daemon=True).start()

@@ -33,8 +33,12 @@ class Marks:
         began = process_start()
         self.marks: dict[str, float] = {"process": began} if began is not None else {}
 
-    def mark(self, name: str) -> None:
-        self.marks[name] = time.time()
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Mark ``name`` now, or at the wall-clock time ``at`` (a moment another process reported)."""
+        self.marks[name] = time.time() if at is None else at
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.marks
 
     def get(self) -> dict[str, float]:
         return dict(self.marks)

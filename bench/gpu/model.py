@@ -71,22 +71,32 @@ def build_padded_tokenizer(vocab_size: int):
     return tok
 
 
+def write_config(out: Path, sizes: dict, tied: bool, dtype: str = "bfloat16"):
+    """The padded tokenizer and the Qwen2 config of ``sizes`` in ``out`` (no weights; vLLM's dummy load takes
+    that much); returns the config."""
+    from transformers import Qwen2Config
+
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_padded_tokenizer(sizes["vocab_size"])
+    tok.save_pretrained(str(out))
+    config = Qwen2Config(**sizes, architectures=["Qwen2ForCausalLM"], max_position_embeddings=32768,
+                         rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=tied, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, dtype=dtype)
+    config.save_pretrained(str(out))
+    return config
+
+
 def make_qwen_shaped(out_dir: str | Path, dtype: str = "bfloat16", seed: int = 0, shape: str = "0.5b",
                      device: str = "cpu", **overrides) -> Path:
     """Save the model (safetensors, ``dtype``) and the padded tokenizer to ``out_dir``; returns it. ``device``:
     where the random weights are made (``cuda`` makes a 7B in seconds; the saved files are the same kind)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     base, tied = SHAPES[shape]
     sizes = {**base, **overrides}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tok = build_padded_tokenizer(sizes["vocab_size"])
-    tok.save_pretrained(str(out))
-    config = Qwen2Config(**sizes, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                         tie_word_embeddings=tied, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                         bos_token_id=tok.eos_token_id, dtype=dtype)
+    config = write_config(out, sizes, tied, dtype)
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
         if device != "cpu":

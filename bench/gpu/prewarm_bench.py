@@ -34,18 +34,11 @@ PROMPTS = [f"copy {1000 + 37 * i}=" for i in range(32)]
 
 def make_model(out: Path, shape: str) -> Path:
     """config.json and the padded char tokenizer of ``shape`` (no weights)."""
-    from model import QWEN25_7B, SHAPES, build_padded_tokenizer
-    from transformers import Qwen2Config
+    from model import QWEN25_7B, SHAPES, write_config
 
-    sizes = {"tiny": {**QWEN25_7B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
-                      "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1024}}.get(shape)
-    sizes = sizes or SHAPES[shape][0]
-    out.mkdir(parents=True, exist_ok=True)
-    tok = build_padded_tokenizer(sizes["vocab_size"])
-    tok.save_pretrained(str(out))
-    Qwen2Config(**sizes, architectures=["Qwen2ForCausalLM"], max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id,
-                dtype="bfloat16").save_pretrained(str(out))
+    tiny = {**QWEN25_7B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1024}
+    write_config(out, tiny if shape == "tiny" else SHAPES[shape][0], tied=False)
     return out
 
 

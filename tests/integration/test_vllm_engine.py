@@ -107,17 +107,13 @@ def prewarmed(models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactor
     from trainer.rollout import kernel_prewarm
 
     cache = tmp_path_factory.mktemp("triton")
-    before = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(cache)  # the module's engine (its own prewarm) looks here too
-    spec = kernel_prewarm.engine_spec(models[0], "float32", {"max_model_len": 512}, True, 0, PREWARM_SAMPLING)
-    child = kernel_prewarm.start(spec)
-    child.proc.wait(timeout=300)
-    yield {"outcome": child.finish(), "marker": cache / f"rlrun-prewarm-{kernel_prewarm.prewarm_key(spec)}.done",
-           "spec": spec}
-    if before is None:
-        os.environ.pop("TRITON_CACHE_DIR", None)
-    else:
-        os.environ["TRITON_CACHE_DIR"] = before
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(cache))  # the module's engine (its own prewarm) looks here too
+        spec = kernel_prewarm.engine_spec(models[0], "float32", {"max_model_len": 512}, True, 0, PREWARM_SAMPLING)
+        child = kernel_prewarm.start(spec)
+        child.proc.wait(timeout=300)
+        yield {"outcome": child.finish(), "spec": spec,
+               "marker": cache / f"rlrun-prewarm-{kernel_prewarm.prewarm_key(spec)}.done"}
 
 
 @pytest.fixture(scope="module")

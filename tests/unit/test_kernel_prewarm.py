@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trainer.procs import alive
 from trainer.rollout import kernel_prewarm as kp
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,9 @@ def test_the_spec_is_what_the_engine_is_built_with_and_nothing_else(tmp_path):
     with pytest.raises(ValueError, match="expected a mapping of n, temperature, top_p"):
         kp.check_spec({**spec, "sampling": {"n": 2}})
     with pytest.raises(ValueError, match="sampling n None"):  # a caller's sampling without n
-        kp.engine_spec(m, "auto", {}, False, 0, {"temperature": 1.0, "top_p": 1.0})
+        kp.check_spec(kp.engine_spec(m, "auto", {}, False, 0, {"temperature": 1.0, "top_p": 1.0}))
+    with pytest.raises(ValueError, match="sampling n None"):  # start() checks it before any process starts
+        kp.start(kp.engine_spec(m, "auto", {}, False, 0, {"temperature": 1.0, "top_p": 1.0}))
 
 
 def test_one_layer_cuts_the_per_layer_lists_too(tmp_path):
@@ -97,14 +100,6 @@ def test_a_bad_spec_ends_the_child_with_its_reason(tmp_path):
     assert out.stderr.startswith("prewarm: bad --spec: prewarm spec: missing ['dtype', "), out.stderr
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")  # ended, not reaped by its new parent yet
-
-
 def test_a_child_still_compiling_when_its_engine_is_ready_is_stopped_with_its_processes(tmp_path):
     import tempfile
 
@@ -116,29 +111,30 @@ def test_a_child_still_compiling_when_its_engine_is_ready_is_stopped_with_its_pr
     assert outcome["status"] == "stopped" and outcome["ended"] is None, outcome
     assert proc.returncode is not None
     deadline = time.monotonic() + 10
-    while not _gone(grandchild) and time.monotonic() < deadline:
+    while alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(grandchild), f"pid {grandchild} of the stopped child's group still runs"
+    assert not alive(grandchild), f"pid {grandchild} of the stopped child's group still runs"
     assert prewarm.finish() is outcome  # once
     proc.stdout.close()
 
 
 def test_a_child_ends_when_its_parent_does(tmp_path):
+    """The watch the prewarm child starts first (trainer.procs.exit_when_gone on --parent)."""
     parent = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time\n"
          "c = subprocess.Popen([sys.executable, '-c', 'import os, time\\n"
-         "from trainer.rollout.kernel_prewarm import _watch_parent\\n"
-         "_watch_parent(os.getppid()); time.sleep(300)'])\n"
+         "from trainer.procs import exit_when_gone\\n"
+         "exit_when_gone(os.getppid(), 0.5); time.sleep(300)'])\n"
          "print(c.pid, flush=True); time.sleep(300)"], cwd=PROJECT, stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     time.sleep(1.0)  # the child's watch is running
-    assert not _gone(child)
+    assert alive(child)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 10
-    while not _gone(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(child), f"the child {child} outlived its parent"
+    assert not alive(child), f"the child {child} outlived its parent"
     parent.stdout.close()
 
 

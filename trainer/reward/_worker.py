@@ -14,10 +14,10 @@ import os
 import resource
 import signal
 import sys
-import threading
 import time
 from multiprocessing.connection import Connection
 
+from trainer.procs import alive, exit_when_gone
 from trainer.reward.math import MathRewardConfig, Reason, RewardResult, verify_answer
 
 _PR_SET_PDEATHSIG = 1
@@ -54,24 +54,6 @@ def release_forkserver_alive_fd() -> None:
         pass
 
 
-def _owner_alive(owner_pid: int) -> bool:
-    try:
-        os.kill(owner_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def _watch_owner(owner_pid: int, interval: float = 1.0) -> None:
-    """Exit when the pool's owner process is gone (backstop for PDEATHSIG)."""
-    while True:
-        time.sleep(interval)
-        if not _owner_alive(owner_pid):
-            os._exit(0)
-
-
 def worker_main(
     conn: Connection, config: MathRewardConfig, owner_pid: int, memory_limit_mb: int | None
 ) -> None:
@@ -83,14 +65,14 @@ def worker_main(
     """
     die_with_parent()
     release_forkserver_alive_fd()
-    if not _owner_alive(owner_pid):  # owner died before PDEATHSIG was armed
+    if not alive(owner_pid):  # owner died before PDEATHSIG was armed
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     if memory_limit_mb:
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    threading.Thread(target=_watch_owner, args=(owner_pid,), daemon=True).start()
+    exit_when_gone(owner_pid)  # the owner gone while this worker's parent (the fork server) lives on
     try:
         conn.send(("ready", time.process_time()))  # the pool times items from here on, not our imports
     except (EOFError, OSError):

@@ -30,7 +30,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.files import replace_file
+from trainer.procs import exit_when_gone
 
 #: Exit codes of the child beside 0 (done, or warm: the marker was there).
 BUSY = 3  # another engine's child holds the node's lock
@@ -80,10 +80,10 @@ def check_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 def engine_spec(model_path: str | Path, dtype: str, llm_kwargs: Mapping[str, Any], enable_prefix_caching: bool,
                 seed: int, sampling: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of an engine built with these (:class:`trainer.rollout.vllm_engine.VllmEngine`'s arguments and
-    the rest of its ``LLM`` keywords in ``llm_kwargs``)."""
-    return check_spec({"model": str(model_path), "dtype": dtype, "max_model_len": llm_kwargs.get("max_model_len"),
-                       "max_num_seqs": llm_kwargs.get("max_num_seqs"), "enable_prefix_caching": enable_prefix_caching,
-                       "seed": seed, "sampling": {k: sampling.get(k) for k in SAMPLING_KEYS}})
+    the rest of its ``LLM`` keywords in ``llm_kwargs``); :func:`start` checks it."""
+    return {"model": str(model_path), "dtype": dtype, "max_model_len": llm_kwargs.get("max_model_len"),
+            "max_num_seqs": llm_kwargs.get("max_num_seqs"), "enable_prefix_caching": enable_prefix_caching,
+            "seed": seed, "sampling": {k: sampling.get(k) for k in SAMPLING_KEYS}}
 
 
 def _version(dist: str) -> str:
@@ -186,17 +186,6 @@ def start(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> 
     return Prewarm(proc, log, started)
 
 
-def _watch_parent(parent: int) -> None:
-    """End this process when ``parent`` is gone (this process is then another's child)."""
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent:
-                os._exit(0)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, name="prewarm-parent-watch", daemon=True).start()
-
-
 def _report(status: str, detail: str = "") -> None:
     print(json.dumps({"prewarm": {"status": status, "ended": time.time(), "detail": detail}}), flush=True)
 
@@ -246,10 +235,10 @@ def run(spec: Mapping[str, Any], cache: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.rollout.kernel_prewarm", description=__doc__.split("\n")[0])
-    parser.add_argument("--parent", type=int, required=True, help="end when this PID is no longer the parent")
+    parser.add_argument("--parent", type=int, required=True, help="end when this process no longer runs")
     parser.add_argument("--spec", required=True, help="JSON object with " + ", ".join(SPEC_KEYS))
     args = parser.parse_args(argv)
-    _watch_parent(args.parent)
+    exit_when_gone(args.parent, interval=0.5)
     try:
         spec = check_spec(json.loads(args.spec))
     except (ValueError, TypeError) as e:

