@@ -32,7 +32,8 @@ from trainer.metrics import MetricsLogger, Timer, WandbLogger
 from trainer.placement import GroupPlan, plan
 from trainer.reward.client import RemoteRewardClient, token_from_env
 from trainer.reward.local import resolve_reward_fn
-from trainer.rollout.engines import Engines
+from trainer.rollout import kernel_prewarm
+from trainer.rollout.engines import Engines, prewarm_spec
 from trainer.rollout.evaluate import Evaluator
 from trainer.rollout.memory import EngineMemory
 from trainer.rollout.producer import AsyncRollouts, Rollout, Rollouts, SyncRollouts, scorer
@@ -63,7 +64,9 @@ def spec_of(group: GroupPlan) -> GroupSpec:
 
 
 class Trainer:
-    def __init__(self, cfg):
+    def __init__(self, cfg, prewarm: kernel_prewarm.Prewarm | None = None):
+        """``prewarm``: the kernel prewarm started on the driver's node (:func:`head_prewarm`); the
+        engines stop it once they are ready."""
         import ray
         from transformers import AutoTokenizer
 
@@ -89,14 +92,14 @@ class Trainer:
         policy_plan, early_pg = self.plan.group("policy"), None
         if self.plan.engines.colocated and cfg.vllm_start_with_models and self.plan.use_gpus:
             early_pg = reserve(spec_of(policy_plan), cfg.placement_timeout)
-            self.engines = Engines(cfg, self.plan, early_pg, bundle_nodes(early_pg))
+            self.engines = Engines(cfg, self.plan, early_pg, bundle_nodes(early_pg), prewarm)
         self.policy = self._group(ModelWorker, policy_plan, own_pg=early_pg)
         self.ref = self._group(ModelWorker, self.plan.group("reference")) if self.plan.group("reference") else None
         self.critic = self._group(CriticWorker, self.plan.group("critic")) if self.plan.group("critic") else None
         # Engines on their own devices start now: vLLM's start-up (weights, KV cache, compilation) overlaps
         # the models' set-up and the warm-up, and the weight-sync group forms at the first push.
         if not self.plan.engines.colocated:
-            self.engines = Engines(cfg, self.plan)
+            self.engines = Engines(cfg, self.plan, head_prewarm=prewarm)
         model_args = dict(zero_stage=cfg.zero_stage, bf16=cfg.bf16, seed=cfg.seed, temperature=cfg.temperature,
                           flash_attn=cfg.flash_attn, packing_samples=cfg.packing_samples,
                           use_liger_kernel=cfg.use_liger_kernel)
@@ -121,7 +124,7 @@ class Trainer:
         ray.get([ref for refs in loading for ref in refs])
         self.startup_marks.mark("models")
         if self.engines is None:
-            self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg))
+            self.engines = Engines(cfg, self.plan, self.policy.pg, bundle_nodes(self.policy.pg), prewarm)
         self.priming = self._prime()  # --prime_models: beside the engines' start; step 1 waits for it
         self.weight_sync = make_weight_sync(cfg, self.plan, self.policy, self.engines)
         if self.plan.weight_transport != "broadcast":  # the broadcast group says so when it forms
@@ -444,12 +447,33 @@ def init_ray() -> None:
         ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)
 
 
+def head_prewarm(cfg) -> kernel_prewarm.Prewarm | None:
+    """--vllm_prewarm_kernels on a driver's node with a GPU: the kernel prewarm of the job's engines
+    (:mod:`trainer.rollout.kernel_prewarm`) started there before anything else of the job, Ray included, so it
+    has compiled the kernels before the engines of this node need them (a 7B job's engine processes began ~25 s
+    after the driver's; each engine's own prewarm then finds the node's lock taken, or the marker). None
+    otherwise; a prewarm that cannot start is a warning, not the job's end."""
+    if not cfg.vllm_prewarm_kernels or not torch.cuda.device_count():
+        return None
+    spec = prewarm_spec(cfg, plan(cfg, use_gpus=True))
+    try:
+        return kernel_prewarm.start(spec) if spec is not None else None
+    except OSError as e:
+        log.warning("kernel prewarm not started on the driver's node: %s", e)
+        return None
+
+
 def run(cfg) -> int:
     """Train with `cfg` (a validated TrainerConfig); returns the exit code."""
-    init_ray()
-    trainer = Trainer(cfg)
+    prewarm = head_prewarm(cfg)
     try:
-        trainer.fit()
+        init_ray()
+        trainer = Trainer(cfg, prewarm)
+        try:
+            trainer.fit()
+        finally:
+            trainer.shutdown()
     finally:
-        trainer.shutdown()
+        if prewarm is not None:  # a start that failed before the engines stopped it
+            prewarm.finish()
     return 0

@@ -224,8 +224,9 @@ stage_step1_split() {  # issue 38 item 2, what is left of step 1 (60.7-64.7 s wi
 stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on 2026-11-28): the kernel prewarm
   # (--vllm_prewarm_kernels) against the ~17 s of Triton compiles at the end of the engines' start. On one H200 a
   # 7B-shaped engine whose kernels its prewarm had compiled first was ready in 32.9 s against 54.1 s cold, but a
-  # prewarm beside a TP-1 engine gained nothing: the copy took as long to start as the engine (52.5 s); here the
-  # engines' TP workers take ~27 s more than the copy's start. Each cold; 5 steps each
+  # prewarm beside a TP-1 engine gained nothing: the copy took as long to start as the engine (52.5 s). Here the
+  # driver's copy starts before Ray (trainer.loop.head_prewarm), ~25 s before the engines' processes, whose TP
+  # workers take ~27 s more; the engines' own copies find the lock or the marker. Each cold; 5 steps each
   step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels"; echo "step1_prewarm: prewarm rc=$?"
   step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
 }
@@ -290,8 +291,8 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
 stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
   # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
   # timing/forward/*), then --old_logprobs train with a KL loss, the engine's core in-process and Liger's
-  # kernels in the policy and reference (--use_liger_kernel), the kernel prewarm beside the engine
-  # (--vllm_prewarm_kernels). Eager engines. Each run has 400 s: beside inputs and two multi-turn benches (PRE_MT)
+  # kernels in the policy and reference (--use_liger_kernel), the kernel prewarm (--vllm_prewarm_kernels: the
+  # driver's copy before Ray, then the engine's own, which finds the lock or the marker). Eager engines. Each run has 400 s: beside inputs and two multi-turn benches (PRE_MT)
   # the first one's engine took 4 min to start, and 240 s stopped it (2026-11-28)
   local m=$work/tiny rc=0
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
@@ -312,7 +313,7 @@ stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop w
     CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 400 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
       --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
     cp $work/check1_$run/metrics.jsonl "$res/check1_$run/" 2>/dev/null
-    grep -h "kernel prewarm" "$res/check1_$run/job.log" | tail -2
+    grep -h "kernel prewarm\|^start-up" "$res/check1_$run/job.log" | tail -3
     tail -3 "$res/check1_$run/job.log"
   done
   return $rc

@@ -296,3 +296,53 @@ def test_engines_sharing_a_node_search_their_ports_from_their_own_stretch(fake_g
         assert all("disable_custom_all_reduce" not in kwargs for _, kwargs in started)
     finally:
         _cleanup(engines, ranks, pg)
+
+
+def test_the_drivers_kernel_prewarm_is_stopped_once_the_engines_are_ready(fake_gpu_cluster, probes, tmp_path):
+    """trainer.loop.head_prewarm's copy on the driver's node holds its GPU memory after its work until the engines
+    stop it: once every engine is ready (before the first generate), its whole process group is ended and the
+    step-1 start-up report gets its row. Here the copy is a process that has reported its work done and holds,
+    as trainer.rollout.kernel_prewarm's child does (its vLLM run: tests/integration/test_vllm_engine.py); each
+    engine is still started with its own prewarm (the engines of other nodes)."""
+    import json
+    import subprocess
+    import tempfile
+
+    from trainer.learn.group import bundle_nodes
+    from trainer.placement import plan
+    from trainer.procs import alive
+    from trainer.rollout.engines import Engines
+    from trainer.rollout.kernel_prewarm import Prewarm
+
+    cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
+                 "ref_num_gpus_per_node=2", "vllm_num_engines=2", "rollout_batch_size=4", "micro_rollout_batch_size=2",
+                 "vllm_start_with_models=true", "vllm_prewarm_kernels=true")
+    p = plan(cfg, use_gpus=True)
+    began = time.time()
+    line = json.dumps({"prewarm": {"status": "done", "ended": began + 1.0, "detail": ""}})
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (Prewarm.finish closes it)
+    child = subprocess.Popen(["bash", "-c", f"echo '{line}'; sleep 300 & echo $! >&2; wait"], stdout=log,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    grandchild = int(child.stderr.readline())
+    prewarm = Prewarm(child, log, began)
+    assert prewarm.wait(10) is not None
+    pg, ranks = _policy_and_ref(cfg, p)
+    engines = None
+    try:
+        engines = Engines(cfg, p, pg, bundle_nodes(pg), head_prewarm=prewarm)
+        assert child.poll() is None  # the engines are starting: it still holds
+        engines.wait_ready()
+        assert child.returncode is not None
+        deadline = time.monotonic() + 10
+        while alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(grandchild)
+        assert engines.startup_rows()["kernel prewarm"] == {"prewarm": began, "prewarmed": began + 1.0}
+        for engine in engines.handles:
+            _, kwargs = ray.get(engine.started_with.remote(), timeout=60)
+            assert kwargs["prewarm_sampling"] == {"n": cfg.n_samples_per_prompt, "temperature": cfg.temperature,
+                                                  "top_p": cfg.top_p}
+    finally:
+        _cleanup(engines, ranks, pg)
+        prewarm.finish()
+        child.stderr.close()

@@ -294,8 +294,10 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
                                                                                spec.world_size)) or reserved)
     monkeypatch.setattr(loop, "bundle_nodes", lambda group: ["10.0.0.1"] * 4 if group is reserved else None)
 
-    def engines(cfg_, plan_, policy_pg=None, nodes=None):
-        events.append(("engines", policy_pg is reserved, tuple(nodes or ())))
+    prewarm = object()  # the driver's kernel prewarm (trainer.loop.head_prewarm): the engines stop it
+
+    def engines(cfg_, plan_, policy_pg=None, nodes=None, head_prewarm=None):
+        events.append(("engines", policy_pg is reserved, tuple(nodes or ()), head_prewarm is prewarm))
 
     def group(worker_cls, spec, pg=None, *args, owns_pg=False, **kwargs):
         events.append(("group", spec.name, pg is reserved, owns_pg))
@@ -304,9 +306,9 @@ def test_colocated_engines_started_with_the_models_start_before_the_policys_work
     monkeypatch.setattr(loop, "Engines", engines)
     monkeypatch.setattr(loop, "ActorGroup", group)
     with pytest.raises(_StopAfterPolicy):
-        loop.Trainer(cfg)
+        loop.Trainer(cfg, prewarm)
     if with_models:
-        assert events == [("reserve", "policy", 4), ("engines", True, ("10.0.0.1",) * 4),
+        assert events == [("reserve", "policy", 4), ("engines", True, ("10.0.0.1",) * 4, True),
                           ("group", "policy", True, True)]
     else:
         assert events == [("group", "policy", False, False)]
@@ -368,3 +370,24 @@ def test_priming_beside_colocated_engines_that_profile_memory_as_they_start_is_r
     assert "--prime_models is only used with --vllm_start_with_models" in str(err.value)
     assert "counted against their KV cache" in str(err.value)
     assert parse_args([*argv, "--vllm_start_with_models"]).prime_models
+
+
+def test_the_drivers_kernel_prewarm_starts_only_on_a_node_with_a_gpu(tmp_path, monkeypatch):
+    """trainer.loop.head_prewarm: --vllm_prewarm_kernels on a driver's node without a GPU (this machine) starts
+    no copy (the engines' own copies are each engine's business), and nothing without the flag."""
+    import subprocess
+
+    import trainer.loop as loop
+    from trainer.config.cli import parse_args
+
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a) or pytest.fail("a child started"))
+    argv = ["--pretrain", str(tmp_path / "m"), "--prompt_data", str(tmp_path / "d.jsonl"), "--reward_fn",
+            "tests.integration.loop_rewards:has_one", "--rollout_backend", "vllm", "--vllm_num_engines", "1",
+            "--actor_num_nodes", "1", "--actor_num_gpus_per_node", "1", "--ref_num_nodes", "1",
+            "--ref_num_gpus_per_node", "1", "--advantage_estimator", "rloo", "--n_samples_per_prompt", "2",
+            "--rollout_batch_size", "4", "--micro_rollout_batch_size", "2", "--micro_train_batch_size", "2",
+            "--train_batch_size", "8", "--save_path", str(tmp_path / "out")]
+    assert loop.head_prewarm(parse_args(argv)) is None
+    assert loop.head_prewarm(parse_args([*argv, "--vllm_prewarm_kernels"])) is None
+    assert started == []

@@ -93,6 +93,52 @@ def test_a_node_whose_cache_holds_the_kernels_runs_nothing_and_one_prewarm_runs_
     assert failed["detail"] == "exit code 1: loading | Traceback (most recent call last): | ValueError: no config.json"
 
 
+def _stays(proc: subprocess.Popen, seconds: float = 1.0) -> bool:
+    time.sleep(seconds)
+    return proc.poll() is None
+
+
+def test_a_child_that_compiled_keeps_its_memory_until_its_owner_stops_it(tmp_path):
+    """The child's side of its report (what kernel_prewarm.main prints, then holds: a release while an engine
+    beside it measures the free memory would be counted into that engine's KV cache): finish() reads ``done``,
+    not ``stopped``, and ends the child's whole process group."""
+    import tempfile
+
+    ended = time.time()
+    line = json.dumps({"prewarm": {"status": "done", "ended": ended, "detail": ""}})
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (finish closes it)
+    proc = subprocess.Popen(["bash", "-c", f"echo '{line}'; sleep 300 & echo $! >&2; wait"], stdout=log,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    grandchild = int(proc.stderr.readline())
+    prewarm = kp.Prewarm(proc, log, ended - 5.0)
+    assert prewarm.wait(10) == {"status": "done", "ended": ended, "detail": ""}
+    assert _stays(proc), "the child ended after its report instead of holding"
+    outcome = prewarm.finish()
+    assert outcome == {"status": "done", "seconds": pytest.approx(5.0), "ended": ended, "detail": ""}
+    deadline = time.monotonic() + 10
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.returncode is not None and not alive(grandchild)
+    proc.stderr.close()
+
+
+def test_a_child_whose_work_failed_says_why_and_holds_too(tmp_path):
+    """The real child, failing before vLLM (its cache directory cannot be made: a file is in the way): it prints
+    the traceback and its report, and waits to be stopped like one that compiled (a failure in vLLM's start
+    may leave memory taken)."""
+    (tmp_path / "file").write_text("")
+    spec = _spec(_model(tmp_path / "m"))
+    prewarm = kp.start(spec, {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "file" / "cache"),
+                              "PYTHONPATH": str(PROJECT)})
+    report = prewarm.wait(60)
+    assert report is not None and report["status"] == "failed", report
+    assert report["detail"].startswith(("NotADirectoryError: ", "FileExistsError: ")), report
+    assert _stays(prewarm.proc)
+    outcome = prewarm.finish()
+    assert outcome["status"] == "failed" and outcome["detail"] == report["detail"], outcome
+    assert prewarm.proc.returncode == -9  # stopped by its owner, as a child that holds is
+
+
 def test_a_bad_spec_ends_the_child_with_its_reason(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trainer.rollout.kernel_prewarm", "--parent", str(os.getpid()),
                           "--spec", '{"model": "m"}'], cwd=PROJECT, capture_output=True, text=True, timeout=60)

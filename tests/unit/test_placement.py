@@ -388,6 +388,28 @@ def test_the_kernel_prewarm_reaches_every_engine_with_the_jobs_sampling():
     assert kwargs["prewarm_sampling"] == {"n": cfg.n_samples_per_prompt, "temperature": 0.7, "top_p": 0.95}
 
 
+@pytest.mark.parametrize("preset", ["32b-rloo", "7b-ppo", "tiny-rloo"])
+def test_the_drivers_kernel_prewarm_compiles_for_the_engines_it_runs_before(preset):
+    """trainer.loop.head_prewarm's spec (engines.prewarm_spec) is the one each engine builds from what it is
+    started with (vllm_kwargs, split as VllmEngine's signature splits it): the same marker, the same kernels."""
+    import inspect
+
+    from trainer.rollout import kernel_prewarm
+    from trainer.rollout.engines import prewarm_spec, vllm_kwargs
+    from trainer.rollout.vllm_engine import VllmEngine
+
+    assert prewarm_spec(cfg_of(preset), placement.plan(cfg_of(preset), use_gpus=True)) is None
+    cfg = cfg_of(preset, "vllm_prewarm_kernels=true", "top_p=0.9")
+    p = placement.plan(cfg, use_gpus=True)
+    bound = inspect.signature(VllmEngine.__init__).bind(None, cfg.pretrain, **vllm_kwargs(cfg, p))
+    bound.apply_defaults()
+    a = bound.arguments
+    engine = kernel_prewarm.engine_spec(a["model_path"], a["dtype"], a["llm_kwargs"], a["enable_prefix_caching"],
+                                        a["seed"], a["prewarm_sampling"])
+    assert prewarm_spec(cfg, p) == kernel_prewarm.check_spec(engine)
+    assert engine["max_num_seqs"] == vllm_kwargs(cfg, p)["max_num_seqs"] and engine["sampling"]["top_p"] == 0.9
+
+
 def test_a_compile_mode_reaches_every_engine_and_becomes_vllms_compilation_config():
     """--vllm_compile: inductor (the default) adds nothing; dynamo is vLLM's compile backend eager; none is no
     torch.compile with whole CUDA graphs for the decode steps only (vLLM would make its default full, which

@@ -20,9 +20,6 @@ PRIVATE_ALLOWED = {
     # vllm_compat is where the trainer adapts to vLLM's internals; warm_model_info falls back to vLLM's own path
     ("rollout/vllm_compat.py", "registry", "_run_in_subprocess"),
     ("rollout/vllm_compat.py", "registry.ModelRegistry", "_try_inspect_model_cls"),
-    # the standard library's exit without clean-up (documented, not private): the prewarm's child ends with its
-    # parent, and after its engine without vLLM's shutdown
-    ("rollout/kernel_prewarm.py", "os", "_exit"),
 }
 
 

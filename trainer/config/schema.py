@@ -154,12 +154,13 @@ class TrainerConfig:
         "after the models are up): a shorter first step.", group=V,
     )  # fmt: skip
     vllm_prewarm_kernels: bool = flag(
-        False, "GPU engines: while each node's first engine starts, a one-layer copy of it with dummy weights, in a "
-        "process of its own, compiles the engine's Triton kernels (its model runner's and sampler's, the same for "
-        "every depth of the model) into the node's Triton cache, so the engine finds them there at the end of its "
-        "start instead of compiling them one by one (vLLM 0.26 on an H200: ~17 s of a 7B engine's start on a cold "
-        "cache). A node whose cache holds them already runs nothing; the copy is stopped once its engine is ready. "
-        "While it runs it holds ~2-4 GB of the engine's GPU (its embedding and output layer, a small KV cache).",
+        False, "GPU engines: a one-layer copy of the engine with dummy weights, in a process of its own, compiles "
+        "its Triton kernels (its model runner's and sampler's, the same for every depth of the model) into the "
+        "node's Triton cache, so the engine finds them there at the end of its start instead of compiling them one "
+        "by one (vLLM 0.26 on an H200: ~17 s of a 7B engine's start on a cold cache). The driver starts one on its "
+        "node before anything else of the job, each engine one beside its start; one per node compiles, and a node "
+        "whose cache holds the kernels runs nothing. Each copy holds ~2-4 GB of its GPU (its embedding and output "
+        "layer, a small KV cache) until the engines are ready.",
         group=V,
     )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------

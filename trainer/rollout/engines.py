@@ -81,6 +81,19 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
     return kwargs
 
 
+def prewarm_spec(cfg: Any, plan: Plan) -> dict[str, Any] | None:
+    """The kernel prewarm's spec of the plan's engines (--vllm_prewarm_kernels; None without it): what each
+    :class:`trainer.rollout.vllm_engine.VllmEngine` builds from :func:`vllm_kwargs`, for a copy that the
+    driver starts on its own node (trainer.loop.head_prewarm)."""
+    from trainer.rollout.kernel_prewarm import engine_spec
+
+    kwargs = vllm_kwargs(cfg, plan)
+    if "prewarm_sampling" not in kwargs:
+        return None
+    return engine_spec(cfg.pretrain, kwargs["dtype"], kwargs, kwargs["enable_prefix_caching"], kwargs["seed"],
+                       kwargs["prewarm_sampling"])
+
+
 def span_kwargs(nodes: Sequence[str]) -> dict[str, Any]:
     """What a vLLM engine whose TP workers sit on ``nodes`` (one entry per worker) is built with beyond
     :func:`vllm_kwargs`: over several nodes, no custom all-reduce. That kernel is NVLink P2P within one node,
@@ -168,16 +181,19 @@ class Engines:
         plan: the job's placement plan.
         policy_pg: the policy's placement group (colocated engines live on its bundles).
         policy_bundle_nodes: the node of each policy bundle, as Ray placed it (colocated TP > 1 only).
+        head_prewarm: the kernel prewarm the driver started on its node (trainer.loop.head_prewarm): stopped
+            once every engine is ready (its GPU memory held until then), and a row of the start-up report.
     """
 
     def __init__(self, cfg: Any, plan: Plan, policy_pg: Any = None,
-                 policy_bundle_nodes: list[str] | None = None) -> None:
+                 policy_bundle_nodes: list[str] | None = None, head_prewarm: Any = None) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from trainer.learn.group import bundle_nodes, rendezvous_range, reserve_bundles
 
         self.cfg, self.plan = cfg, plan
+        self.head_prewarm = head_prewarm
         ep = plan.engines
         self.own_pgs: list[Any] = []
         if ep.backend == "vllm":
@@ -255,6 +271,9 @@ class Engines:
             import ray
 
             self._startup = dict(zip(self.labels, ray.get([h.startup.remote() for h in self.handles]), strict=True))
+            if self.head_prewarm is not None:  # its memory back before the first generate
+                name, at = self.head_prewarm.end(log)
+                self._startup["kernel prewarm"] = {"prewarm": self.head_prewarm.started, name: at}
         print("rollout engines ready: " + ", ".join(self._where(range(len(self.handles)))), flush=True)
         return self.nodes
 
@@ -411,6 +430,8 @@ class Engines:
     def shutdown(self) -> None:
         import ray
 
+        if self.head_prewarm is not None:
+            self.head_prewarm.finish()
         for engine in self.handles:
             started = self._ready or ray.wait([engine.ready.remote()], timeout=1)[0]
             if started:  # an engine still in its constructor (a start-up deadline passed) is only killed

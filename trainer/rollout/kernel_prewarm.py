@@ -12,9 +12,16 @@ compile the same kernels into the node's Triton cache, where the engine's worker
 One node runs one: the child takes a lock in the Triton cache directory (another engine's child holds it:
 this one ends at once, ``busy``), and a marker there, named after the vLLM, torch and Triton versions, the
 model's config and the settings, says the kernels are in the cache already (``warm``: nothing runs). The
-child ends when its parent does (it watches its parent's PID), and the engine stops it once it is ready
-itself (:meth:`Prewarm.finish`): a child still compiling then has come too late to help. Whatever happens
-in the child, the engine goes on without it: it is a cache filler, never needed for a correct run.
+driver starts one on its own node before anything else of the job (:func:`trainer.loop.head_prewarm`, ~25 s
+before the engines' processes of a 7B job), each engine one beside its start; the lock and the marker leave
+one of them to compile.
+
+A child that compiled keeps its GPU memory until its owner stops it (:meth:`Prewarm.finish`, once the
+engines are ready) or its owner's process is gone (it watches its parent's PID): memory that another process
+releases while an engine beside it measures the free memory at its start would be counted into that engine's
+KV cache (vLLM sizes it from the change), and an engine whose measurement sees the free memory grow refuses
+to start. Whatever happens in the child, the engine goes on without it: it is a cache filler, never needed
+for a correct run.
 
 Run as ``python -m trainer.rollout.kernel_prewarm --parent PID --spec JSON`` (what :func:`start` does).
 """
@@ -25,17 +32,20 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from trainer.errors import one_line
 from trainer.files import replace_file
 from trainer.procs import exit_when_gone
 
@@ -124,45 +134,81 @@ class Prewarm:
     """The engine's handle on its child (:func:`start`)."""
 
     proc: subprocess.Popen
-    log: Any  # the child's output: an unnamed temporary file
+    log: Any  # the child's output: an unnamed temporary file (its stdout and stderr)
     started: float
     outcome: dict[str, Any] = field(default_factory=dict)
 
     def finish(self) -> dict[str, Any]:
-        """End the child: if it still runs, kill its process group (SIGKILL: the engine waits for nothing, and
-        Triton writes each cache entry under a temporary name first, so a kill leaves no half of one). Returns
-        what it did: ``status`` (``done``: it compiled and wrote the marker, ``warm``: the marker was there,
-        ``busy``: another engine's child ran, ``stopped``: it was still running, ``failed``), ``seconds`` it
-        ran, ``ended`` (wall-clock time) when it ended by itself, and ``detail``. Idempotent."""
+        """End the child: if it still runs, kill its process group (SIGKILL: nothing waits for it, and Triton
+        writes each cache entry under a temporary name first, so a kill leaves no half of one). Returns what it
+        did: ``status`` (``done``: it compiled and wrote the marker, ``warm``: the marker was there, ``busy``:
+        another child on this node had the lock, ``stopped``: it was still at work, ``failed``), ``seconds``
+        from its start to the end of its work, ``ended`` (wall-clock time) when its work ended (None when it
+        was stopped, busy, or ended without a report), and ``detail``. Idempotent."""
         if self.outcome:
             return self.outcome
         rc = self.proc.poll()
-        if rc is None:
+        if rc is None:  # at work, or holding its memory after it: its report says which
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-            self.outcome = {"status": "stopped", "seconds": time.time() - self.started, "ended": None,
-                            "detail": "still compiling when the engine was ready: it came too late to help"}
-        else:
-            self.log.seek(0)
-            self.outcome = _read_outcome(rc, self.log.read().decode(errors="replace"), self.started)
+        self.outcome = _read_outcome(rc, self._text(), self.started)
         self.log.close()
         return self.outcome
 
+    def wait(self, timeout: float) -> dict[str, Any] | None:
+        """Wait up to ``timeout`` seconds for the child's report (:meth:`report`) or its end, whichever comes
+        first; the report, or None."""
+        deadline = time.monotonic() + timeout
+        while self.report() is None and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self.report()
 
-def _read_outcome(rc: int, text: str, started: float) -> dict[str, Any]:
-    result = None
+    def report(self) -> dict[str, Any] | None:
+        """The child's report of its work (``status``, ``ended``, ``detail``) once it has made it, else None;
+        the child is left as it is."""
+        return _reported(self._text())
+
+    def _text(self) -> str:
+        """The child's output so far. Read at an offset: the file's position is shared with the child, which
+        may still be writing."""
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    def end(self, logger: logging.Logger) -> tuple[str, float]:
+        """:meth:`finish`, logged (a warning when it failed or was stopped), and the start-up mark it makes in
+        the step-1 report (trainer.startup): ``prewarmed`` when the copy compiled or found the marker, else
+        ``prewarm_<status>``, with the time its work ended (now, when it did not)."""
+        outcome = self.finish()
+        status = outcome["status"]
+        logger.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO,
+                   "kernel prewarm %s after %.1f s%s", status, outcome["seconds"],
+                   f": {outcome['detail']}" if outcome["detail"] else "")
+        name = "prewarmed" if status in ("done", "warm") else f"prewarm_{status}"
+        return name, outcome["ended"] or time.time()
+
+
+def _reported(text: str) -> dict[str, Any] | None:
     for line in reversed(text.splitlines()):
         if line.startswith("{") and '"prewarm"' in line:
-            with contextlib.suppress(ValueError):
-                result = json.loads(line)["prewarm"]
-            break
-    if rc == 0 and result:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                return dict(json.loads(line)["prewarm"])
+    return None
+
+
+def _read_outcome(rc: int | None, text: str, started: float) -> dict[str, Any]:
+    """What a child whose exit code was ``rc`` (None: it was killed at :meth:`Prewarm.finish`) and whose
+    output was ``text`` did."""
+    result = _reported(text)
+    if result is not None and result.get("status") in ("done", "warm", "failed"):
         return {"status": result["status"], "seconds": result["ended"] - started, "ended": result["ended"],
                 "detail": result.get("detail", "")}
     if rc == BUSY:
         return {"status": "busy", "seconds": time.time() - started, "ended": None,
-                "detail": "another engine on this node prewarms"}
+                "detail": "another kernel prewarm on this node has the lock"}
+    if rc is None:
+        return {"status": "stopped", "seconds": time.time() - started, "ended": None,
+                "detail": "still compiling when the engines were ready: it came too late to help"}
     tail = " | ".join(text.strip().splitlines()[-3:])[-600:]
     return {"status": "failed", "seconds": time.time() - started, "ended": None,
             "detail": f"exit code {rc}: {tail or 'no output'}"}
@@ -192,18 +238,26 @@ def _report(status: str, detail: str = "") -> None:
 
 def run(spec: Mapping[str, Any], cache: Path) -> str:
     """The child's work in this process: ``warm`` when the marker is there, else the one-layer engine's start
-    and one generate, then the marker: ``done``. Raises what vLLM raises."""
+    and one generate, then the marker: ``done``. The node's lock is held while it works. Raises what vLLM
+    raises."""
     import fcntl
 
     cache.mkdir(parents=True, exist_ok=True)
     marker = cache / f"rlrun-prewarm-{prewarm_key(spec)}.done"
-    lock = open(cache / "rlrun-prewarm.lock", "a")  # noqa: SIM115 (held until the process ends)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise SystemExit(BUSY) from None
-    if marker.exists():
-        return "warm"
+    with open(cache / "rlrun-prewarm.lock", "a") as lock:  # released when the work is over, not the process
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(BUSY) from None
+        if marker.exists():
+            return "warm"
+        _compile(spec)
+        replace_file(marker, json.dumps(spec, sort_keys=True) + "\n")
+        return "done"
+
+
+def _compile(spec: Mapping[str, Any]) -> None:
+    """Start the one-layer copy of the spec's engine in this process and sample once as the job does."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.platforms import current_platform
@@ -229,8 +283,6 @@ def run(spec: Mapping[str, Any], cache: Path) -> str:
     params = SamplingParams(n=s["n"], temperature=s["temperature"],
                             top_p=s["top_p"] if s["temperature"] > 0 else 1.0, max_tokens=2, seed=0, logprobs=0)
     llm.generate([TokensPrompt(prompt_token_ids=[1, 2, 3, 4])], params, use_tqdm=False)
-    replace_file(marker, json.dumps(spec, sort_keys=True) + "\n")
-    return "done"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,10 +296,23 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as e:
         print(f"prewarm: bad --spec: {e}", file=sys.stderr)
         return BAD_SPEC
-    status = run(spec, triton_cache_dir())
+    try:
+        status = run(spec, triton_cache_dir())
+    except Exception as e:  # noqa: BLE001 - reported to the owner, whose engine goes on without it
+        traceback.print_exc()
+        _report("failed", one_line(e))
+        _hold()
     _report(status)
-    sys.stdout.flush()
-    os._exit(0)  # the engine in this process needs no orderly shutdown: its memory goes with the process
+    if status == "done":
+        _hold()
+    return 0
+
+
+def _hold() -> NoReturn:
+    """Keep this process, and the GPU memory its engine took, until the owner stops it or is gone (see the
+    module's text): never a release while an engine beside it measures the free memory."""
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

@@ -112,8 +112,9 @@ class VllmEngine(RolloutEngine):
         in_process: run the engine core in this process; default True on CPU (set before vLLM starts).
         prewarm_sampling: the job's sampling settings (``n``, ``temperature``, ``top_p``): compile this engine's
             Triton kernels into the node's cache beside its start, in a one-layer copy of it
-            (:mod:`trainer.rollout.kernel_prewarm`); what it did is :attr:`prewarm_outcome` once the engine is
-            ready. None: no such copy.
+            (:mod:`trainer.rollout.kernel_prewarm`; it holds ~2-4 GB of this engine's first GPU until the engine
+            is ready, which an engine that measures the free memory as it starts may count as its own); what it
+            did is :attr:`prewarm_outcome` once the engine is ready. None: no such copy.
         sleep_level: vLLM sleep level used by :meth:`sleep` (1: offload weights to the host; 2: discard
             them, for callers that push new weights before generating again).
         llm_kwargs: anything else for ``vllm.LLM`` (``max_model_len``, ``distributed_executor_backend``...).
@@ -232,16 +233,12 @@ class VllmEngine(RolloutEngine):
             self._end_prewarm()
 
     def _end_prewarm(self) -> None:
-        """Stop the kernel prewarm if it still runs (the engine is up, or failed), record and log what it did."""
+        """Stop the kernel prewarm (the engine is up, or failed), record and log what it did."""
         if self._prewarm is None or self.prewarm_outcome is not None:
             return
-        self.prewarm_outcome = outcome = self._prewarm.finish()
         # in the step-1 start-up report: when its copy compiled (or found the marker), else when it was given up
-        status = outcome["status"]
-        name = "prewarmed" if status in ("done", "warm") else f"prewarm_{status}"
-        self.startup_marks.mark(name, outcome["ended"])
-        log.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO, "kernel prewarm %s after %.1f s%s",
-                status, outcome["seconds"], f": {outcome['detail']}" if outcome["detail"] else "")
+        self.startup_marks.mark(*self._prewarm.end(log))
+        self.prewarm_outcome = self._prewarm.outcome
 
     @property
     def llm(self) -> Any:
