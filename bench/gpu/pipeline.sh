@@ -288,11 +288,13 @@ stage_async7b() {  # issue 38 item 4: TIS keeping an async 7B run stable. split7
     --deadline 400 --rlrun-extra="--async_train --is_correction tis --sync_bucket_bytes 1073741824"
 }
 
-stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop with this session's GPU-side code:
+stage_check1() {  # one GPU, ~4 min: the tiny model through the colocated loop with this session's GPU-side code:
   # --old_logprobs rollout with --profile_step, a whole reference and small push buckets (the push by part,
   # timing/forward/*), then --old_logprobs train with a KL loss, the engine's core in-process and Liger's
   # kernels in the policy and reference (--use_liger_kernel), the kernel prewarm (--vllm_prewarm_kernels: the
-  # driver's copy before Ray, then the engine's own, which finds the lock or the marker). Eager engines. Each run has 400 s: beside inputs and two multi-turn benches (PRE_MT)
+  # driver's copy before Ray, then the engine's own, which finds the lock or the marker); (early) the same with
+  # the engine started before the models (--vllm_start_with_models), as issue 38's 7B job runs: its copies find
+  # the train run's marker. Eager engines. Each run has 400 s: beside inputs and two multi-turn benches (PRE_MT)
   # the first one's engine took 4 min to start, and 240 s stopped it (2026-11-28)
   local m=$work/tiny rc=0
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
@@ -304,11 +306,12 @@ stage_check1() {  # one GPU, ~2 min: the tiny model through the colocated loop w
               --ref_num_nodes 1 --ref_num_gpus_per_node 1 --advantage_estimator rloo --n_samples_per_prompt 4
               --rollout_batch_size 4 --micro_rollout_batch_size 4 --micro_train_batch_size 4 --generate_max_len 16
               --prompt_max_len 64 --max_samples 12 --num_episodes 1 --zero_stage 3 --bf16 --init_kl_coef 0.01)
-  for run in rollout train; do
+  for run in ${CHECK1_RUNS:-rollout train early}; do
     local extra=(--old_logprobs rollout --train_batch_size 8 --profile_step 2 --ref_zero_stage 0
                  --sync_bucket_bytes 300000)
-    [ $run = train ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process --vllm_prewarm_kernels
-                                --use_liger_kernel)
+    [ $run != rollout ] && extra=(--old_logprobs train --use_kl_loss --train_batch_size 16 --vllm_in_process --vllm_prewarm_kernels
+                                  --use_liger_kernel)
+    [ $run = early ] && extra+=(--vllm_start_with_models)
     mkdir -p "$res/check1_$run"
     CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} timeout 400 python3 -m trainer.train_ppo_ray "${base[@]}" "${extra[@]}" \
       --save_path $work/check1_$run >"$res/check1_$run/job.log" 2>&1 || rc=1
@@ -463,7 +466,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=500 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
