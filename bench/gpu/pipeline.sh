@@ -32,6 +32,8 @@
 #   step1_modes step1_7b once per --vllm_compile mode (none, dynamo, inductor), 4 steps each, every cache cold (0-3)
 #   step1_prewarm step1_7b with --vllm_prewarm_kernels, then without, --vllm_compile none, 5 steps each, cold (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
+#   step1_prewarm1 (one GPU) the colocated 0.5B job, engine started with the models, cold, with and without
+#            --vllm_prewarm_kernels (the driver's copy's head start at TP 1)
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -353,6 +355,28 @@ stage_step1() {  # one GPU: the colocated 0.5B job with a cold, then a warm comp
   done
 }
 
+stage_step1_prewarm1() {  # one GPU, ~7 min: the kernel prewarm's head start at TP 1 (issue 38 item 2). The colocated
+  # 0.5B job (its vocabulary is the 7B's: the same sampler kernels) with the engine started beside the models
+  # (--vllm_start_with_models --vllm_in_process --vllm_compile none), with --vllm_prewarm_kernels, then without,
+  # each with vLLM's, Inductor's and Triton's caches of its own (cold), 3 steps. Beside a TP-1 engine the
+  # engine's own copy gained nothing (fourteenth loan); the driver's starts ~24 s earlier
+  export CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0}
+  local run more
+  [ -f $work/m05/params.json ] || python3 bench/gpu/model.py $work/m05 || return 1
+  python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
+  for run in ${STEP1_RUNS:-prewarm plain}; do
+    more="--vllm_start_with_models --vllm_in_process --vllm_compile none"
+    [ $run = prewarm ] && more+=" --vllm_prewarm_kernels"
+    VLLM_CACHE_ROOT=$work/cold1_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold1_$run/inductor \
+      TRITON_CACHE_DIR=$work/cold1_$run/triton python3 bench/gpu/side_by_side.py --model $work/m05 \
+      --data $work/data.jsonl --out "$res/step1p_$run" --systems rlrun --steps 3 --deadline 260 \
+      --rlrun-extra="$more" >"$res/step1p_$run.log" 2>&1
+    echo "step1_prewarm1: $run rc=$?"
+    grep -E "step 1|rlrun:|colocated step" "$res/step1p_$run.log"
+    grep -h "^start-up\|kernel prewarm" "$res/step1p_$run"/*/job.log "$res/step1p_$run"/*.log 2>/dev/null | cut -c1-900 | tail -3
+  done
+}
+
 gpu_free() {  # gpu_free [IDS]: wait (<= 120 s) until the GPUs (IDS: those, e.g. 2,3) hold < 2 GiB each: the last
   # stage's processes are gone
   local end=$(( $(date +%s) + 120 )) ids=()
@@ -466,7 +490,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780 [step1_prewarm1]=600
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
