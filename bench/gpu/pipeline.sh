@@ -373,7 +373,7 @@ stage_step1_prewarm1() {  # one GPU, ~7 min: the kernel prewarm's head start at 
       --rlrun-extra="$more" >"$res/step1p_$run.log" 2>&1
     echo "step1_prewarm1: $run rc=$?"
     grep -E "step 1|rlrun:|colocated step" "$res/step1p_$run.log"
-    grep -h "^start-up\|kernel prewarm" "$res/step1p_$run"/*/job.log "$res/step1p_$run"/*.log 2>/dev/null | cut -c1-900 | tail -3
+    grep -h "^start-up\|kernel prewarm\|init engine" "$res/step1p_$run/rlrun.log" | cut -c1-900 | tail -3
   done
 }
 
