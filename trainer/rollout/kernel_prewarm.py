@@ -131,7 +131,7 @@ def one_layer_overrides(model_path: str | Path) -> dict[str, Any]:
 
 @dataclass
 class Prewarm:
-    """The engine's handle on its child (:func:`start`)."""
+    """An owner's handle on its child (:func:`start`): an engine's, or the driver's (trainer.loop.head_prewarm)."""
 
     proc: subprocess.Popen
     log: Any  # the child's output: an unnamed temporary file (its stdout and stderr)
