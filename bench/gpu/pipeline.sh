@@ -359,7 +359,8 @@ stage_step1_prewarm1() {  # one GPU, ~7 min: the kernel prewarm's head start at 
   # 0.5B job (its vocabulary is the 7B's: the same sampler kernels) with the engine started beside the models
   # (--vllm_start_with_models --vllm_in_process --vllm_compile none), with --vllm_prewarm_kernels, then without,
   # each with vLLM's, Inductor's and Triton's caches of its own (cold), 3 steps. Beside a TP-1 engine the
-  # engine's own copy gained nothing (fourteenth loan); the driver's starts ~24 s earlier
+  # engine's own copy gained nothing (fourteenth loan); the driver's starts ~24 s earlier. STEP1_RUNS picks the
+  # runs and their order, STEP1_TAG names a repetition (its own caches and results)
   export CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0}
   local run more
   [ -f $work/m05/params.json ] || python3 bench/gpu/model.py $work/m05 || return 1
@@ -367,13 +368,13 @@ stage_step1_prewarm1() {  # one GPU, ~7 min: the kernel prewarm's head start at 
   for run in ${STEP1_RUNS:-prewarm plain}; do
     more="--vllm_start_with_models --vllm_in_process --vllm_compile none"
     [ $run = prewarm ] && more+=" --vllm_prewarm_kernels"
-    VLLM_CACHE_ROOT=$work/cold1_$run/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold1_$run/inductor \
-      TRITON_CACHE_DIR=$work/cold1_$run/triton python3 bench/gpu/side_by_side.py --model $work/m05 \
-      --data $work/data.jsonl --out "$res/step1p_$run" --systems rlrun --steps 3 --deadline 260 \
-      --rlrun-extra="$more" >"$res/step1p_$run.log" 2>&1
+    VLLM_CACHE_ROOT=$work/cold1_$run${STEP1_TAG:-}/vllm TORCHINDUCTOR_CACHE_DIR=$work/cold1_$run${STEP1_TAG:-}/inductor \
+      TRITON_CACHE_DIR=$work/cold1_$run${STEP1_TAG:-}/triton python3 bench/gpu/side_by_side.py --model $work/m05 \
+      --data $work/data.jsonl --out "$res/step1p_$run${STEP1_TAG:-}" --systems rlrun --steps 3 --deadline 260 \
+      --rlrun-extra="$more" >"$res/step1p_$run${STEP1_TAG:-}.log" 2>&1
     echo "step1_prewarm1: $run rc=$?"
-    grep -E "step 1|rlrun:|colocated step" "$res/step1p_$run.log"
-    grep -h "^start-up\|kernel prewarm\|init engine" "$res/step1p_$run/rlrun.log" | cut -c1-900 | tail -3
+    grep -E "step 1|rlrun:|colocated step" "$res/step1p_$run${STEP1_TAG:-}.log"
+    grep -h "^start-up\|kernel prewarm\|init engine" "$res/step1p_$run${STEP1_TAG:-}/rlrun.log" | cut -c1-900 | tail -3
   done
 }
 
