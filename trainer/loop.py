@@ -452,15 +452,11 @@ def head_prewarm(cfg) -> kernel_prewarm.Prewarm | None:
     (:mod:`trainer.rollout.kernel_prewarm`) started there before anything else of the job, Ray included, so it
     has compiled the kernels before the engines of this node need them (a 7B job's engine processes began ~25 s
     after the driver's; each engine's own prewarm then finds the node's lock taken, or the marker). None
-    otherwise; a prewarm that cannot start is a warning, not the job's end."""
+    otherwise (also when it cannot start: a warning, not the job's end)."""
     if not cfg.vllm_prewarm_kernels or not torch.cuda.device_count():
         return None
     spec = prewarm_spec(cfg, plan(cfg, use_gpus=True))
-    try:
-        return kernel_prewarm.start(spec) if spec is not None else None
-    except OSError as e:
-        log.warning("kernel prewarm not started on the driver's node: %s", e)
-        return None
+    return kernel_prewarm.start(spec) if spec is not None else None
 
 
 def run(cfg) -> int:

@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              args.max_num_seqs}, False, 0,
                                               {"n": 4, "temperature": 1.0, "top_p": 1.0})
             child = kernel_prewarm.start(spec, {**os.environ, "TRITON_CACHE_DIR": str(cache)})
+            if child is None:
+                raise SystemExit("prewarm_bench: the prewarm's child did not start (see the warning above)")
             child.wait(args.timeout)  # its report: it then holds its memory until finish() stops it
             rows["child"] = {"prewarm": child.finish()}
             print(f"child alone: {rows['child']['prewarm']}", flush=True)

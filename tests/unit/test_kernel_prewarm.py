@@ -139,6 +139,19 @@ def test_a_child_whose_work_failed_says_why_and_holds_too(tmp_path):
     assert prewarm.proc.returncode == -9  # stopped by its owner, as a child that holds is
 
 
+def test_a_prewarm_that_cannot_start_is_a_warning_not_the_jobs_end(tmp_path, caplog):
+    """Its child's interpreter missing (an OSError from the start itself): None and one warning naming why; a
+    bad spec is still raised (the caller's bug)."""
+    import logging
+
+    spec = _spec(_model(tmp_path / "m"))
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.WARNING, logger="trainer.rollout.kernel_prewarm"):
+        mp.setattr(sys, "executable", str(tmp_path / "no-python"))
+        assert kp.start(spec) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"kernel prewarm not started: [Errno 2] No such file or directory: '{tmp_path / 'no-python'}'"]
+
+
 def test_a_bad_spec_ends_the_child_with_its_reason(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trainer.rollout.kernel_prewarm", "--parent", str(os.getpid()),
                           "--spec", '{"model": "m"}'], cwd=PROJECT, capture_output=True, text=True, timeout=60)
@@ -194,15 +207,17 @@ def test_the_engine_reports_a_prewarm_it_gave_up_on_in_its_start_up_marks(caplog
     from trainer.startup import Marks
 
     engine = object.__new__(VllmEngine)  # no vLLM here: only the end of __init__
-    engine.startup_marks, engine.prewarm_outcome = Marks(), None
+    engine.startup_marks = Marks()
     proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
     engine._prewarm = kp.Prewarm(proc, tempfile.TemporaryFile(), time.time())  # noqa: SIM115 (finish closes it)
-    with caplog.at_level(logging.INFO, logger="trainer.rollout.vllm_engine"):
+    assert engine.prewarm_outcome is None  # not ended yet
+    with caplog.at_level(logging.INFO, logger="trainer.rollout.kernel_prewarm"):
         engine._end_prewarm()
         engine._end_prewarm()  # once
     assert engine.prewarm_outcome["status"] == "stopped" and proc.returncode is not None
     marks = engine.startup_marks.get()
     assert "prewarm_stopped" in marks and "prewarmed" not in marks, marks
+    assert marks["prewarm"] == engine._prewarm.started
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "kernel prewarm stopped" in warned[0].getMessage(), caplog.text
     assert "it came too late to help" in warned[0].getMessage()

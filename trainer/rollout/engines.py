@@ -272,8 +272,7 @@ class Engines:
 
             self._startup = dict(zip(self.labels, ray.get([h.startup.remote() for h in self.handles]), strict=True))
             if self.head_prewarm is not None:  # its memory back before the first generate
-                name, at = self.head_prewarm.end(log)
-                self._startup["kernel prewarm"] = {"prewarm": self.head_prewarm.started, name: at}
+                self._startup["kernel prewarm"] = self.head_prewarm.end()
         print("rollout engines ready: " + ", ".join(self._where(range(len(self.handles)))), flush=True)
         return self.nodes
 

@@ -49,6 +49,8 @@ from trainer.errors import one_line
 from trainer.files import replace_file
 from trainer.procs import exit_when_gone
 
+log = logging.getLogger(__name__)
+
 #: Exit codes of the child beside 0 (done, or warm: the marker was there).
 BUSY = 3  # another engine's child holds the node's lock
 BAD_SPEC = 2  # the spec could not be read: a bug in the caller
@@ -134,7 +136,7 @@ class Prewarm:
     """An owner's handle on its child (:func:`start`): an engine's, or the driver's (trainer.loop.head_prewarm)."""
 
     proc: subprocess.Popen
-    log: Any  # the child's output: an unnamed temporary file (its stdout and stderr)
+    output: Any  # the child's output: an unnamed temporary file (its stdout and stderr)
     started: float
     outcome: dict[str, Any] = field(default_factory=dict)
 
@@ -153,7 +155,7 @@ class Prewarm:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.outcome = _read_outcome(rc, self._text(), self.started)
-        self.log.close()
+        self.output.close()
         return self.outcome
 
     def wait(self, timeout: float) -> dict[str, Any] | None:
@@ -172,20 +174,20 @@ class Prewarm:
     def _text(self) -> str:
         """The child's output so far. Read at an offset: the file's position is shared with the child, which
         may still be writing."""
-        fd = self.log.fileno()
+        fd = self.output.fileno()
         return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
-    def end(self, logger: logging.Logger) -> tuple[str, float]:
-        """:meth:`finish`, logged (a warning when it failed or was stopped), and the start-up mark it makes in
-        the step-1 report (trainer.startup): ``prewarmed`` when the copy compiled or found the marker, else
-        ``prewarm_<status>``, with the time its work ended (now, when it did not)."""
+    def end(self) -> dict[str, float]:
+        """:meth:`finish`, logged (a warning when it failed or was stopped), and its marks for the step-1
+        start-up report (trainer.startup): ``prewarm`` when it began, then ``prewarmed`` when the copy compiled
+        or found the marker, else ``prewarm_<status>``, at the time its work ended (now, when it did not)."""
         outcome = self.finish()
         status = outcome["status"]
-        logger.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO,
-                   "kernel prewarm %s after %.1f s%s", status, outcome["seconds"],
-                   f": {outcome['detail']}" if outcome["detail"] else "")
+        log.log(logging.WARNING if status in ("failed", "stopped") else logging.INFO,
+                "kernel prewarm %s after %.1f s%s", status, outcome["seconds"],
+                f": {outcome['detail']}" if outcome["detail"] else "")
         name = "prewarmed" if status in ("done", "warm") else f"prewarm_{status}"
-        return name, outcome["ended"] or time.time()
+        return {"prewarm": self.started, name: outcome["ended"] or time.time()}
 
 
 def _reported(text: str) -> dict[str, Any] | None:
@@ -214,9 +216,11 @@ def _read_outcome(rc: int | None, text: str, started: float) -> dict[str, Any]:
             "detail": f"exit code {rc}: {tail or 'no output'}"}
 
 
-def start(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Prewarm:
-    """Start the child for ``spec`` (:data:`SPEC_KEYS`) in a process group of its own, on this process's GPUs
-    and Triton cache; its output goes to an unnamed temporary file that :meth:`Prewarm.finish` reads."""
+def start(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Prewarm | None:
+    """Start the child for ``spec`` (:data:`SPEC_KEYS`; a bad one raises ValueError: the caller's bug) in a
+    process group of its own, on this process's GPUs and Triton cache; its output goes to an unnamed temporary
+    file that :meth:`Prewarm.finish` reads. None, with a warning, when it cannot start: a cache filler, never
+    a reason for the job to end."""
     spec = check_spec(spec)
     env = dict(os.environ if environ is None else environ)
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # its engine core in the child itself: one process
@@ -224,12 +228,16 @@ def start(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> 
     home = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([home, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     env.setdefault("PYTHONUNBUFFERED", "1")
-    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Prewarm.finish)
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "trainer.rollout.kernel_prewarm", "--parent", str(os.getpid()),
-                             "--spec", json.dumps(spec)], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Prewarm(proc, log, started)
+    try:
+        log_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Prewarm.finish)
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.rollout.kernel_prewarm", "--parent",
+                                 str(os.getpid()), "--spec", json.dumps(spec)], stdin=subprocess.DEVNULL,
+                                stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    except OSError as e:
+        log.warning("kernel prewarm not started: %s", e)
+        return None
+    return Prewarm(proc, log_file, started)
 
 
 def _report(status: str, detail: str = "") -> None:

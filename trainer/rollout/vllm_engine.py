@@ -143,15 +143,11 @@ class VllmEngine(RolloutEngine):
         self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
         self.startup_marks.mark("init")
         self._prewarm: kernel_prewarm.Prewarm | None = None
-        self.prewarm_outcome: dict[str, Any] | None = None
         if prewarm_sampling is not None:  # first: its process imports vLLM while this one does
-            spec = kernel_prewarm.engine_spec(model_path, dtype, llm_kwargs, enable_prefix_caching, seed,
-                                              prewarm_sampling)  # a bad one is the caller's bug: raised
-            try:
-                self._prewarm = kernel_prewarm.start(spec)
-                self.startup_marks.mark("prewarm")
-            except OSError as e:  # a cache filler: the engine starts without it
-                log.warning("kernel prewarm not started: %s", e)
+            self._prewarm = kernel_prewarm.start(kernel_prewarm.engine_spec(
+                model_path, dtype, llm_kwargs, enable_prefix_caching, seed, prewarm_sampling))
+            if self._prewarm is not None:
+                self.startup_marks.mark("prewarm", self._prewarm.started)
         try:
             from vllm.platforms import current_platform
 
@@ -233,12 +229,17 @@ class VllmEngine(RolloutEngine):
             self._end_prewarm()
 
     def _end_prewarm(self) -> None:
-        """Stop the kernel prewarm (the engine is up, or failed), record and log what it did."""
-        if self._prewarm is None or self.prewarm_outcome is not None:
-            return
-        # in the step-1 start-up report: when its copy compiled (or found the marker), else when it was given up
-        self.startup_marks.mark(*self._prewarm.end(log))
-        self.prewarm_outcome = self._prewarm.outcome
+        """Stop the kernel prewarm (the engine is up, or failed); its marks go into the step-1 start-up report
+        (when its copy compiled or found the marker, else when it was given up)."""
+        if self._prewarm is not None and not self._prewarm.outcome:
+            for name, at in self._prewarm.end().items():
+                self.startup_marks.mark(name, at)
+
+    @property
+    def prewarm_outcome(self) -> dict[str, Any] | None:
+        """What the kernel prewarm did (:meth:`trainer.rollout.kernel_prewarm.Prewarm.finish`) once the engine is
+        ready; None without one."""
+        return (self._prewarm.outcome or None) if self._prewarm is not None else None
 
     @property
     def llm(self) -> Any:
