@@ -13,6 +13,7 @@ and once, before the first step, ``@plan {"total_steps": N, ...}``.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,16 @@ from trainer.files import replace_file
 
 METRICS_TAG = "@metrics"
 PLAN_TAG = "@plan"
+
+
+def print_line(text: str, flush: bool = True) -> None:
+    """``text`` and its newline to stdout in one write. ``print`` writes them in two, and in a Ray driver the
+    thread that forwards the workers' log lines writes to the same stream: a worker's line landing between the
+    two glued itself to the end of an ``@metrics`` line, whose JSON then no longer parsed, and ``rlrun submit``
+    lost that step (CI, 2026-11-29: step 11 of 48)."""
+    sys.stdout.write(text + "\n")
+    if flush:
+        sys.stdout.flush()
 
 
 def parse_log_line(line: str) -> tuple[str, dict[str, Any]] | None:
@@ -63,7 +74,7 @@ class WandbLogger:
 
 
 class MetricsLogger:
-    def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print,
+    def __init__(self, jsonl_path: str | None, tensorboard_dir: str | None = None, print_fn=print_line,
                  wandb: WandbLogger | None = None):
         self.jsonl = None
         self.jsonl_path = Path(jsonl_path) if jsonl_path else None

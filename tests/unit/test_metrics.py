@@ -19,6 +19,30 @@ def test_log_writes_jsonl_and_a_tool_line(tmp_path):
     assert kind == "metrics" and payload["step"] == 3 and payload["timing/generate"] == 1.5
 
 
+def test_each_console_line_is_one_write_so_no_other_thread_lands_inside_it(monkeypatch):
+    """The default console: every line with its newline in a single write (a Ray driver's log-forwarding thread
+    writes to the same stdout between two writes, and a line it splits from its newline no longer parses)."""
+    import io
+    import sys
+
+    class Writes(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.calls: list[str] = []
+
+        def write(self, text):
+            self.calls.append(text)
+            return super().write(text)
+
+    out = Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    logger = MetricsLogger(None)
+    logger.plan(total_steps=2)
+    logger.log(1, {"reward/mean": 0.5, "timing/generate": 0.25})
+    assert len(out.calls) == 3 and all(c.endswith("\n") and c.count("\n") == 1 for c in out.calls), out.calls
+    assert [parse_log_line(c[:-1])[0] for c in (out.calls[0], out.calls[2])] == ["plan", "metrics"]
+
+
 def test_parse_log_line_ignores_other_lines():
     assert parse_log_line("step 3: reward/mean=0.25") is None
     assert parse_log_line("@metrics not json") is None
