@@ -74,6 +74,7 @@ class Trainer:
         self.startup_marks.mark("trainer")
         self.cfg = cfg
         self.timer = Timer()
+        self.sync_parts: dict[str, float] = {}  # the last sync's parts before its push (sync_weights)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
         self.prompts, stats = prompts_from_config(cfg, self.tokenizer)
         print(f"data: {stats.as_dict()}", flush=True)
@@ -208,7 +209,7 @@ class Trainer:
         state.sampler_state = rollout.sampler_state
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
-                   **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
+                   **self.weight_sync.timings, **self.sync_parts, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
         if "step1" not in self.startup_marks:  # this run's first step: where the start-up went, once
             metrics.update(self._startup_report())
         if self.memory.sleeps:
@@ -266,6 +267,7 @@ class Trainer:
         import ray
 
         cfg = self.cfg
+        entered = time.time()
         samples = rollout.samples
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # --state_masking: the tool's tokens stay in the sequences but are no actions (no loss, KL, values)
@@ -293,11 +295,14 @@ class Trainer:
         norm = self.state.norm
         scores = normalize_reward(raw, norm) if norm is not None else raw
         seconds, waits = {}, {}
+        gathered = ray.get([ref for refs in forwards.values() for ref in refs])  # every model's, in one wait
+        got = time.time()
+        ended = max((end for *_, end in gathered), default=got)
         for name, refs in forwards.items():
-            results = ray.get(refs)
-            setattr(exp, name, torch.cat([out for out, _, _ in results]))
-            seconds[name] = max(s for _, s, _ in results)
-            waits[name] = max(started for _, _, started in results) - called
+            results, gathered = gathered[:len(refs)], gathered[len(refs):]
+            setattr(exp, name, torch.cat([out for out, *_ in results]))
+            seconds[name] = max(s for _, s, _, _ in results)
+            waits[name] = max(started for _, _, started, _ in results) - called
         if cfg.old_logprobs == "rollout":
             exp.old_logprobs = exp.rollout_logprobs
         kl = None
@@ -318,7 +323,12 @@ class Trainer:
                  # plus the transfers and the driver's own work), and how long after the driver's call its last
                  # rank started it (a rank still busy with earlier work; host clocks: across nodes their offset)
                  **{f"timing/forward/{_FORWARD_NAMES[name]}": s for name, s in seconds.items()},
-                 **{f"timing/forward_wait/{_FORWARD_NAMES[name]}": s for name, s in waits.items()}}
+                 **{f"timing/forward_wait/{_FORWARD_NAMES[name]}": s for name, s in waits.items()},
+                 # the rest of the phase, in order: the driver's padding before its call, the last result's
+                 # way back (the last rank's end to the driver holding every result), the driver's work after
+                 "timing/make_experience/build": called - entered}
+        if forwards:
+            extra["timing/make_experience/return"] = got - ended
         if exp.values is not None:
             extra["critic/returns"] = masked_mean(exp.returns, exp.action_mask).item()
         if kl is not None:
@@ -327,6 +337,7 @@ class Trainer:
             extra.update(rollout_mismatch(exp.old_logprobs, exp.rollout_logprobs, exp.action_mask))
         extra.update({f"reward/{k}": v for k, v in rewards.extra_logs.items()
                       if k in ("accuracy", "n_timeout", "exact_match", "f1")})
+        extra["timing/make_experience/post"] = time.time() - got
         return exp, extra
 
     @staticmethod
@@ -386,8 +397,13 @@ class Trainer:
         """Policy -> engines through the plan's transport (:mod:`trainer.weights.transports`); sleeping engines
         wake their weights first (their KV cache once the weights are in: :mod:`trainer.rollout.memory`), and
         the engines reset their prefix cache. Returns the bytes of weights handed over."""
+        t0 = time.perf_counter()
         self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now
+        t1 = time.perf_counter()
         self.memory.wake_weights()  # the weights' memory back (contents undefined until the push below)
+        # the sync's parts before the push's own (sync/gather_s, ...): a wait for the engines' start (step 1),
+        # the weights' memory woken (room made first where needed)
+        self.sync_parts = {"sync/ready_s": t1 - t0, "sync/wake_s": time.perf_counter() - t1}
         return self.weight_sync.push()
 
     # --- run -----------------------------------------------------------------------------------------

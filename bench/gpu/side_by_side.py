@@ -651,6 +651,9 @@ def table(r: dict) -> None:
     if "sync" in a and gib and a["sync"] > 0:
         print(f"rlrun weight push, gather included: {statistics.median(gib) * 2**30 / a['sync'] / 1e9:.1f} GB/s "
               f"({statistics.median(gib):.2f} GiB in {a['sync']:.3f} s)")
+    before = {p: [x[f"sync/{p}_s"] for x in later if f"sync/{p}_s" in x] for p in ("ready", "wake")}
+    if all(before.values()):  # the sync's parts before its push: the engines' start awaited, their weights woken
+        print("rlrun sync before its push: " + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in before.items()))
     parts = {p: [x[f"sync/{p}_s"] for x in later if f"sync/{p}_s" in x]
              for p in ("gather", "handles", "load", "release", "finish")}
     if all(parts.values()):  # the shared (colocated) push, by part, on policy rank 0
@@ -666,6 +669,11 @@ def table(r: dict) -> None:
         if any(by_model.values()):
             print(f"rlrun make_experience's {label}: "
                   + ", ".join(f"{m} {statistics.median(v):.3f} s" for m, v in by_model.items() if v))
+    around = {p: [x[f"timing/make_experience/{p}"] for x in later if f"timing/make_experience/{p}" in x]
+              for p in ("build", "return", "post")}
+    if all(around.values()):  # the rest of make_experience: the driver's padding, the results' way back, its work
+        print("rlrun make_experience around its forwards: "
+              + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in around.items()))
     if "wait_rollout" in a or any("async/staleness" in x for x in rows):
         gen, rest = a.get("generate", 0.0), a.get("make_experience", 0.0) + a.get("train", 0.0) + a.get("sync", 0.0)
         print(f"async: step {a['step']:.2f} s vs max(generate {gen:.2f}, make_experience + train + sync "

@@ -192,6 +192,13 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
             # (CI, 2026-11-28: 0.049 + 0.076 s in a phase of 0.122 s, two ranks)
             wait = row[f"timing/forward_wait/{model}"]
             assert 0 <= wait < row["timing/make_experience"] - 0.001, (model, row)
+        # the rest of the phase, one host's clock: the driver's padding before its call, the last result's way
+        # back, its work after; each inside the phase and the three apart from the forwards
+        parts = [row[f"timing/make_experience/{p}"] for p in ("build", "return", "post")]
+        assert all(p >= 0 for p in parts), row
+        assert sum(parts) + row["timing/forward/ref"] <= row["timing/make_experience"], row
+        # the sync's parts before its push: its wait for the engines and the weights' wake (no sleep on CPU)
+        assert 0 <= row["sync/ready_s"] + row["sync/wake_s"] <= row["timing/sync"], row
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):

@@ -321,8 +321,12 @@ def test_the_table_shows_the_weight_push_by_part(capsys):
     parts = {"sync/gather_s": 0.2, "sync/handles_s": 0.1, "sync/load_s": 1.2, "sync/release_s": 0.1,
              "sync/finish_s": 0.05, "sync/buckets": 57, "sync/gib": 14.19}
     rows = [{"step": 1, **parts, "sync/load_s": 9.0},
-            {"step": 2, **parts, "timing/forward/ref": 0.4, "timing/forward_wait/ref": 0.01},
-            {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6, "timing/forward_wait/ref": 0.03},
+            {"step": 2, **parts, "timing/forward/ref": 0.4, "timing/forward_wait/ref": 0.01,
+             "timing/make_experience/build": 0.02, "timing/make_experience/return": 0.3,
+             "timing/make_experience/post": 0.01, "sync/ready_s": 0.0, "sync/wake_s": 0.05},
+            {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6, "timing/forward_wait/ref": 0.03,
+             "timing/make_experience/build": 0.04, "timing/make_experience/return": 0.1,
+             "timing/make_experience/post": 0.03, "sync/ready_s": 0.002, "sync/wake_s": 0.07},
             # the profiled step (slower under torch.profiler) is left out, as from the phases' medians
             {"step": 4, **parts, "sync/load_s": 50.0, "timing/forward/ref": 9.0, "timing/forward_wait/ref": 5.0,
              "profiled": True}]
@@ -333,6 +337,8 @@ def test_the_table_shows_the_weight_push_by_part(capsys):
             "release 0.100 s, finish 0.050 s") in out, out
     assert "rlrun make_experience's forwards (slowest rank, at once): ref 0.500 s" in out, out
     assert "rlrun make_experience's forwards started after (last rank): ref 0.020 s" in out, out
+    assert "rlrun make_experience around its forwards: build 0.030 s, return 0.200 s, post 0.020 s" in out, out
+    assert "rlrun sync before its push: ready 0.001 s, wake 0.060 s" in out, out
 
 
 def test_run_all_sums_the_phases_not_the_step_or_the_parts_inside_a_phase(tmp_path):

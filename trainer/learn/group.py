@@ -231,15 +231,16 @@ class DistributedWorker:
         torch.cuda.empty_cache()
         return before - torch.cuda.memory_reserved()
 
-    def timed(self, shard: Any, method: str) -> tuple[Any, float, float]:
+    def timed(self, shard: Any, method: str) -> tuple[Any, float, float, float]:
         """``method(shard)`` on this rank (as ActorGroup.async_run_sharded passes a rank its shard), the
         seconds it took here, its device work included where the result is on the host, and when it started
-        (``time.time()``): the loop's ``timing/forward/*`` and ``timing/forward_wait/*``, which tell a phase's
-        time in the workers from the time around them (a rank still busy, transfers, the driver's own work)."""
+        and ended (``time.time()``): the loop's ``timing/forward/*``, ``timing/forward_wait/*`` and
+        ``timing/make_experience/return``, which tell a phase's time in the workers from the time around them
+        (a rank still busy, the results' way back, the driver's own work)."""
         started = time.time()
         t0 = time.perf_counter()
         out = getattr(self, method)(shard)
-        return out, time.perf_counter() - t0, started
+        return out, time.perf_counter() - t0, started, time.time()
 
     def profile_begin(self, path: str, trace: bool = False) -> bool:
         """--profile_step: rank 0 starts torch.profiler (trainer.learn.profile) until profile_end; the other
