@@ -353,6 +353,50 @@ def test_generate_without_logprobs_leaves_them_out(engine) -> None:  # noqa: ANN
     assert [s.response_token_ids for s in with_lp] == [s.response_token_ids for s in samples]
 
 
+def test_generate_gives_what_vllms_own_detokenized_output_gives(vllm_engine) -> None:  # noqa: ANN001
+    """generate() asks vLLM for no detokenization and flat log-probs and decodes the texts itself, in one batch
+    (its output processing ran between the model's steps, in this process); vLLM asked the way generate()
+    asked before (its own incremental detokenization, a ``Logprob`` per token) gives the same tokens,
+    log-probs and texts for the same seed, EOS included where a sample stopped."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    samples = vllm_engine.generate(PROMPTS, n=2, temperature=1.0, max_new_tokens=40, seed=11)
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=40, seed=11, logprobs=0)
+    ids = [vllm_engine.tokenizer(p).input_ids for p in PROMPTS]
+    outs = vllm_engine.llm.generate([TokensPrompt(prompt_token_ids=t) for t in ids], params, use_tqdm=False)
+    before = [c for o in outs for c in o.outputs]
+    assert [s.response_token_ids for s in samples] == [list(c.token_ids) for c in before]
+    assert [s.logprobs for s in samples] == [[step[t].logprob for step, t in zip(c.logprobs, c.token_ids, strict=True)]
+                                            for c in before]
+    assert [s.response for s in samples] == [c.text for c in before]
+    assert any(s.finish_reason == "stop" for s in samples) and any(s.finish_reason == "length" for s in samples)
+
+
+def test_sampled_logprobs_reads_flat_and_per_position_logprobs() -> None:
+    """The sampled tokens' log-probs from vLLM's two containers: flat (one entry per position: the list as it
+    is), flat with more than one entry per position and the old list of dicts (each position's entry for its
+    token); a container of another length than the tokens is an error, not a silent truncation."""
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    from trainer.rollout.vllm_engine import sampled_logprobs
+
+    tokens = [5, 9, 5]
+    per_position = [{5: Logprob(-0.5, 1)}, {9: Logprob(-1.25, 3), 2: Logprob(-0.1, 1)}, {5: Logprob(-2.0, 2)}]
+    flat_one = FlatLogprobs()
+    for pos in ({5: Logprob(-0.5, 1)}, {9: Logprob(-1.25, 3)}, {5: Logprob(-2.0, 2)}):
+        flat_one.append(pos)
+    flat_more = FlatLogprobs()
+    for pos in per_position:
+        flat_more.append(pos)
+    for container in (flat_one, flat_more, per_position):
+        assert sampled_logprobs(container, tokens) == [-0.5, -1.25, -2.0]
+    with pytest.raises(ValueError, match="log-probs for 3 positions of a 2-token output"):
+        sampled_logprobs(per_position, tokens[:2])
+    with pytest.raises(ValueError, match="log-probs for 3 positions of a 4-token output"):
+        sampled_logprobs(flat_one, tokens + [1])
+
+
 def test_multi_turn_turns_without_logprobs_leave_them_out(engine) -> None:  # noqa: ANN001
     """--skip_rollout_logprobs reaches the multi-turn primitives too (on vLLM a step with log-probs costs ~46 %
     more at the demo's size on the CPU build): ``complete`` and the stepper without them give the same seeded

@@ -268,6 +268,12 @@ class VllmEngine(RolloutEngine):
             raise RuntimeError(f"generate() on a sleeping engine ({sorted(self.asleep_tags)} released): "
                                "call wake_up() first")
         ids = tokenize_prompts(self.tokenizer, prompts)
+        # No stop strings here, so vLLM need not detokenize as it decodes: its output processor would turn
+        # every token, and every sampled token's log-prob entry, into text after each step, in Python. With
+        # the engine core in this process (--vllm_in_process, and always on CPU) that work runs between the
+        # model's steps: 0.75 s of 2.36 s for 128 x 256 tokens on the 2-core machine (bench/rollout_output.py).
+        # The texts are decoded here in one batch instead (the HF engine's decode, skip_special_tokens) and
+        # the log-probs come flat (one list per sample, not a dict and a Logprob per token).
         params = SamplingParams(
             n=n,
             temperature=temperature,
@@ -275,17 +281,18 @@ class VllmEngine(RolloutEngine):
             max_tokens=max_new_tokens,
             seed=seed,
             logprobs=0 if logprobs else None,
+            detokenize=False,
+            flat_logprobs=True,
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=t) for t in ids], params, use_tqdm=False)
-        samples = []
-        for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True):
-            for c in out.outputs:
-                tokens = list(c.token_ids)
-                lps = None
-                if logprobs and c.logprobs is not None:
-                    lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
-                samples.append(Sample(prompt, list(prompt_ids), tokens, c.text, lps, c.finish_reason))
-        return samples
+        made = [(prompt, prompt_ids, c) for prompt, prompt_ids, out in zip(prompts, ids, outputs, strict=True)
+                for c in out.outputs]
+        tokens = [list(c.token_ids) for _, _, c in made]
+        texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True) if tokens else []
+        return [Sample(prompt, list(prompt_ids), toks, text,
+                       sampled_logprobs(c.logprobs, toks) if logprobs and c.logprobs is not None else None,
+                       c.finish_reason)
+                for (prompt, prompt_ids, c), toks, text in zip(made, tokens, texts, strict=True)]
 
     def complete(self, contexts: list[list[int]], max_tokens: list[int], stop: Sequence[str],
                  temperature: float, top_p: float, seeds: list[int | None], logprobs: bool = True) -> list[Completion]:
@@ -303,7 +310,7 @@ class VllmEngine(RolloutEngine):
         for group in self._seed_safe_groups(todo, contexts, seeds):
             params = [SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                      max_tokens=max_tokens[i], seed=seed, stop=list(stop),
-                                     logprobs=0 if logprobs else None,
+                                     logprobs=0 if logprobs else None, flat_logprobs=True,
                                      include_stop_str_in_output=True) for i, seed in group]
             outputs += self.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i, _ in group], params,
                                          use_tqdm=False)
@@ -516,9 +523,7 @@ def _completion(tokenizer: Any, c: Any, stop: Sequence[str]) -> Completion:
     string (vLLM may keep a token after it), their text, and why the turn ended."""
     tokens = list(c.token_ids)
     text = c.text  # vLLM's own detokenization (skip_special_tokens, as decode below)
-    lps = None
-    if c.logprobs is not None:
-        lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, tokens, strict=True)]
+    lps = sampled_logprobs(c.logprobs, tokens) if c.logprobs is not None else None
     if c.stop_reason in stop:
         cut = cut_at_stop(tokens, tokenizer.decode, stop)
         if len(cut) < len(tokens):
@@ -526,6 +531,19 @@ def _completion(tokenizer: Any, c: Any, stop: Sequence[str]) -> Completion:
             lps = lps[: len(cut)] if lps is not None else None
     finish = "stop" if c.finish_reason == "stop" else "length"
     return Completion(tokens, text, finish, lps)
+
+
+def sampled_logprobs(logprobs: Any, tokens: list[int]) -> list[float]:
+    """The sampled tokens' log-probs from a ``CompletionOutput.logprobs`` asked with ``logprobs=0``: vLLM's
+    ``FlatLogprobs`` (``flat_logprobs=True``, vLLM 0.26 and 0.32) holds them as one list when it has exactly one
+    entry per position, the sampled token's; otherwise (a ``list[dict[int, Logprob]]``, or more entries than
+    one per position) each position's entry for its sampled token."""
+    flat = getattr(logprobs, "logprobs", None)
+    if isinstance(flat, list) and len(flat) == len(tokens) and list(logprobs.token_ids) == tokens:
+        return list(flat)
+    if len(logprobs) != len(tokens):
+        raise ValueError(f"vLLM returned log-probs for {len(logprobs)} positions of a {len(tokens)}-token output")
+    return [float(step[tok].logprob) for step, tok in zip(logprobs, tokens, strict=True)]
 
 
 class _VllmStepper:
@@ -551,7 +569,7 @@ class _VllmStepper:
 
         params = SamplingParams(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                 max_tokens=max_tokens, seed=seed, stop=list(stop), include_stop_str_in_output=True,
-                                logprobs=self.logprobs, output_kind=RequestOutputKind.FINAL_ONLY)
+                                logprobs=self.logprobs, flat_logprobs=True, output_kind=RequestOutputKind.FINAL_ONLY)
         rid = f"{self.prefix}{self.count}"
         self.count += 1
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(context)), params)
