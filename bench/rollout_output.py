@@ -33,6 +33,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--model", help="an HF model directory (default: a one-layer tiny model made here)")
+    ap.add_argument("--out-of-process", action="store_true",
+                    help="the engine core in a process of its own (vLLM's default on GPUs; in-process otherwise, "
+                         "as on CPU and with the trainer's --vllm_in_process)")
     args = ap.parse_args()
 
     from vllm import SamplingParams
@@ -43,7 +46,11 @@ def main() -> None:
 
     model = args.model or str(make_model(Path(tempfile.mkdtemp(prefix="rlrun-bench-")) / "m", hidden_size=128,
                                          num_layers=1, num_heads=2))
-    engine = VllmEngine(model, enforce_eager=True, seed=0)
+    import torch
+
+    # eager on CPU (its compile costs minutes here); on a GPU the trainer's default, CUDA graphs
+    engine = VllmEngine(model, enforce_eager=not torch.cuda.is_available(), seed=0, in_process=not args.out_of_process,
+                        gpu_memory_utilization=0.5)
     texts = [f"{i} + {i % 7} = " for i in range(args.prompts)]
     ids = [engine.tokenizer(t).input_ids for t in texts]
     exact = {"min_tokens": args.tokens, "ignore_eos": True}
@@ -87,7 +94,8 @@ def main() -> None:
     tokens = sum(len(r[0]) for r in b)
     med = {k: statistics.median(v[1:]) for k, v in timings.items()}  # the first call of each is its warm-up
     print(f"vLLM outputs into samples, {args.prompts} prompts x {args.n} samples x {args.tokens} tokens "
-          f"({tokens} tokens a call), medians of {args.repeat} calls after a warm-up, {model}")
+          f"({tokens} tokens a call), medians of {args.repeat} calls after a warm-up, {model}, engine core "
+          f"{'out of' if args.out_of_process else 'in'} process")
     print(f"before (detokenized, a Logprob per token): {med['before']:.3f} s")
     print(f"generate (no detokenization, flat log-probs, one batch decode): {med['generate']:.3f} s "
           f"({med['generate'] / med['before']:.2f}x; {(med['before'] - med['generate']) / tokens * 1e6:.1f} us a token)")

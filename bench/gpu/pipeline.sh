@@ -34,6 +34,8 @@
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   step1_prewarm1 (one GPU) the colocated 0.5B job, engine started with the models, cold, with and without
 #            --vllm_prewarm_kernels (the driver's copy's head start at TP 1)
+#   outputs1 (one GPU) bench/rollout_output.py on the 0.5B: generate with and without vLLM's per-step
+#            detokenization, 16 x 4 x 512 tokens (one engine of the 7B job), in and out of process
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -322,6 +324,16 @@ stage_check1() {  # one GPU, ~4 min: the tiny model through the colocated loop w
     tail -3 "$res/check1_$run/job.log"
   done
   return $rc
+}
+
+stage_outputs1() {  # one GPU, ~3 min: what vLLM's per-step detokenization cost generate (bench/rollout_output.py)
+  # on the 0.5B (its vocabulary and tokenizer are the 7B job's; the saving is per token, not per parameter), as
+  # one engine of the 7B job generates: 16 prompts x 4 samples x 512 tokens, in-process (--vllm_in_process),
+  # then with the core in a process of its own
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/rollout_output.py --model $work/m05 --prompts 16 --n 4 \
+    --tokens 512 --repeat 4 2>&1 | tail -4
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/rollout_output.py --model $work/m05 --prompts 16 --n 4 \
+    --tokens 512 --repeat 4 --out-of-process 2>&1 | tail -4
 }
 
 stage_prewarm() {  # one GPU, ~5 min: issue 38 item 2 (step 1 <= 60 s cold), the lever for the ~17 s of Triton
