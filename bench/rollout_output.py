@@ -79,18 +79,22 @@ def main() -> None:
 
     vllm.SamplingParams = exact_params
     timings: dict[str, list[float]] = {"before": [], "generate": []}
-    results = {}
+    results: dict[str, list] = {"before": [], "generate": []}
     try:
         for name, fn in (("before", before), ("generate", engine_generate)) * (args.repeat + 1):
             t0 = time.perf_counter()
-            results[name] = fn()
+            results[name].append(fn())
             timings[name].append(time.perf_counter() - t0)
     finally:
         vllm.SamplingParams = SamplingParams
         engine.shutdown()
-    a, b = results["before"], results["generate"]
+    a, b = results["before"][-1], results["generate"][-1]
     same = ([r[0] for r in a] == [r[0] for r in b], [r[1] for r in a] == [r[1] for r in b],
             [r[2] for r in a] == [r[2] for r in b])
+    # the same seeded call need not give the same tokens twice: on an H200 with the core out of process the two
+    # paths' tokens differed (2026-11-29), and the two paths share every sampling setting; so the baseline is
+    # held against itself first, and the paths compared only where it repeats
+    unstable = sum(r != results["before"][0] for r in results["before"][1:])
     tokens = sum(len(r[0]) for r in b)
     med = {k: statistics.median(v[1:]) for k, v in timings.items()}  # the first call of each is its warm-up
     print(f"vLLM outputs into samples, {args.prompts} prompts x {args.n} samples x {args.tokens} tokens "
@@ -99,6 +103,10 @@ def main() -> None:
     print(f"before (detokenized, a Logprob per token): {med['before']:.3f} s")
     print(f"generate (no detokenization, flat log-probs, one batch decode): {med['generate']:.3f} s "
           f"({med['generate'] / med['before']:.2f}x; {(med['before'] - med['generate']) / tokens * 1e6:.1f} us a token)")
+    if unstable:
+        print(f"not compared: {unstable} of the baseline's {args.repeat} later calls differ from its first "
+              "(this engine does not repeat a seeded call exactly)")
+        return
     print(f"same tokens {same[0]}, same log-probs {same[1]}, same texts {same[2]}")
     if not all(same):
         raise SystemExit("the two paths disagree")
