@@ -403,7 +403,7 @@ class Trainer:
         self.memory.wake_weights()  # the weights' memory back (contents undefined until the push below)
         # the sync's parts before the push's own (sync/gather_s, ...): a wait for the engines' start (step 1),
         # the weights' memory woken (room made first where needed)
-        self.sync_parts = {"sync/ready_s": t1 - t0, "sync/wake_s": time.perf_counter() - t1}
+        self.sync_parts = {"timing/sync/ready": t1 - t0, "timing/sync/wake": time.perf_counter() - t1}
         return self.weight_sync.push()
 
     # --- run -----------------------------------------------------------------------------------------

@@ -651,7 +651,7 @@ def table(r: dict) -> None:
     if "sync" in a and gib and a["sync"] > 0:
         print(f"rlrun weight push, gather included: {statistics.median(gib) * 2**30 / a['sync'] / 1e9:.1f} GB/s "
               f"({statistics.median(gib):.2f} GiB in {a['sync']:.3f} s)")
-    before = {p: [x[f"sync/{p}_s"] for x in later if f"sync/{p}_s" in x] for p in ("ready", "wake")}
+    before = {p: [x[f"timing/sync/{p}"] for x in later if f"timing/sync/{p}" in x] for p in ("ready", "wake")}
     if all(before.values()):  # the sync's parts before its push: the engines' start awaited, their weights woken
         print("rlrun sync before its push: " + ", ".join(f"{p} {statistics.median(v):.3f} s" for p, v in before.items()))
     parts = {p: [x[f"sync/{p}_s"] for x in later if f"sync/{p}_s" in x]

@@ -198,7 +198,7 @@ def test_steps_log_rewards_losses_and_phase_timings(uninterrupted, tmp):
         assert all(p >= 0 for p in parts), row
         assert sum(parts) + row["timing/forward/ref"] <= row["timing/make_experience"], row
         # the sync's parts before its push: its wait for the engines and the weights' wake (no sleep on CPU)
-        assert 0 <= row["sync/ready_s"] + row["sync/wake_s"] <= row["timing/sync"], row
+        assert 0 <= row["timing/sync/ready"] + row["timing/sync/wake"] <= row["timing/sync"], row
 
 
 def test_final_model_loads_with_from_pretrained(uninterrupted, tmp):

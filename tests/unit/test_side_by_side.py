@@ -323,10 +323,10 @@ def test_the_table_shows_the_weight_push_by_part(capsys):
     rows = [{"step": 1, **parts, "sync/load_s": 9.0},
             {"step": 2, **parts, "timing/forward/ref": 0.4, "timing/forward_wait/ref": 0.01,
              "timing/make_experience/build": 0.02, "timing/make_experience/return": 0.3,
-             "timing/make_experience/post": 0.01, "sync/ready_s": 0.0, "sync/wake_s": 0.05},
+             "timing/make_experience/post": 0.01, "timing/sync/ready": 0.0, "timing/sync/wake": 0.05},
             {"step": 3, **parts, "sync/load_s": 1.4, "timing/forward/ref": 0.6, "timing/forward_wait/ref": 0.03,
              "timing/make_experience/build": 0.04, "timing/make_experience/return": 0.1,
-             "timing/make_experience/post": 0.03, "sync/ready_s": 0.002, "sync/wake_s": 0.07},
+             "timing/make_experience/post": 0.03, "timing/sync/ready": 0.002, "timing/sync/wake": 0.07},
             # the profiled step (slower under torch.profiler) is left out, as from the phases' medians
             {"step": 4, **parts, "sync/load_s": 50.0, "timing/forward/ref": 9.0, "timing/forward_wait/ref": 5.0,
              "profiled": True}]
