@@ -340,11 +340,12 @@ class Trainer:
         extra["timing/make_experience/post"] = time.time() - got
         return exp, extra
 
-    @staticmethod
-    def _per_rank(group: ActorGroup, method: str, exp: Experience) -> list:
-        """`method` on one shard of the rows per rank: refs of (result, seconds in the worker), in row order."""
+    def _per_rank(self, group: ActorGroup, method: str, exp: Experience) -> list:
+        """`method` on one shard of the rows per rank, in forwards of --micro_rollout_batch_size rows: refs of
+        (result, seconds in the worker, its start and end), in row order."""
         parts = shard(exp.input_ids.size(0), group.spec.world_size)
-        return group.async_run_sharded("timed", [exp.rows(idx) for idx in parts], method)
+        return group.async_run_sharded("timed", [exp.rows(idx) for idx in parts], method,
+                                       self.cfg.micro_rollout_batch_size)
 
     def train(self, exp: Experience) -> dict[str, float]:
         import ray

@@ -182,13 +182,15 @@ stage_sbs7b_kl() {  # issue 38 items 1-3: as sbs7b_liger, with the KL (k3, 0.02)
 stage_step1_7b() {  # issue 38 item 2, step 1 alone (<= 60 s cold): the 7B and its prompts made here (7B on GPU 0),
   # then rlrun alone as in sbs7b_kl with its engines starting while the models load (--vllm_start_with_models)
   # and each engine's core in its actor (--vllm_in_process), 2 steps, cold compile cache. For a loan's last
-  # minutes: STEP1_OUT puts the run's files where the device call returns them as they are written
+  # minutes: STEP1_OUT puts the run's files where the device call returns them as they are written. Micro rollout
+  # batches of 32: one reference forward of a rank's 32 rows, as every run before 2026-11-29 did (the flag was not
+  # honoured then: a rank's whole shard went through one forward)
   [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "${STEP1_OUT:-$res}/step1_7b${STEP1_NAME:+_$STEP1_NAME}" \
     --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --liger --kl-loss --prompts 32 --n 4 --new-tokens 512 \
-    --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 16 --gpu-util 0.15 --params "$(params $work/m7b)" \
+    --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 32 --gpu-util 0.15 --params "$(params $work/m7b)" \
     --deadline "${STEP1_DEADLINE:-260}" --system-deadline "${STEP1_DEADLINE:-260}" \
     --rlrun-extra="${STEP1_INPROC---vllm_in_process} --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
 }
@@ -345,7 +347,7 @@ stage_one7b() {  # one GPU (issue 38 item 5: "a 7B colocated job with --adam_off
     --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --old_logprobs train --adam_offload --adam_offload_ratio 0.6"
   local rc=$?
   kill $sampler
-  sort -k4 -n "$res/one7b_host.txt" | tail -1 | sed 's/^/one7b: peak /'
+  sort -k5 -n "$res/one7b_host.txt" | tail -1 | sed 's/^/one7b: peak /'
   return $rc
 }
 

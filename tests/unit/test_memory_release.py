@@ -1,6 +1,7 @@
-"""make_experience's forwards hand their cached device memory back only where the device is short of it
-(trainer.learn.group.release_cache_if_short). No GPU here: PyTorch's CUDA memory queries are replaced by a
-device whose numbers the test sets; the real release ran on an H200 (docs/benchmarks.md, sixteenth loan)."""
+"""make_experience's forwards: in micro-batches of --micro_rollout_batch_size (trainer.learn.group.micro_batched),
+and their cached device memory handed back only where the device is short of it (release_cache_if_short). No
+GPU here: PyTorch's CUDA memory queries are replaced by a device whose numbers the test sets; the real release
+ran on an H200 (docs/benchmarks.md, sixteenth loan)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,27 @@ def test_nothing_happens_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: pytest.fail("emptied a cache on a machine without CUDA"))
     assert release_cache_if_short() is False
+
+
+def test_make_experience_forwards_run_in_micro_batches_of_the_flag():
+    """--micro_rollout_batch_size is make_experience's forward batch per GPU (its help, the presets' comments,
+    the verl translation's log_prob_micro_batch_size): a rank's rows go through its forward that many at a time,
+    every tensor of the row dict cut alike, and the results come back in row order. Before 2026-11-29 a rank's
+    whole shard went through one forward whatever the flag said; the 7B job on one GPU asked for ~55 GB there."""
+    from trainer.learn.group import micro_batched
+
+    rows = {"input_ids": torch.arange(10 * 3).view(10, 3), "attention_mask": torch.ones(10, 3, dtype=torch.long)}
+    seen = []
+
+    def forward(mb):
+        assert mb["input_ids"].size(0) == mb["attention_mask"].size(0)
+        seen.append(mb["input_ids"][:, 0].tolist())
+        return mb["input_ids"].float() * 2
+
+    out = micro_batched(forward, rows, 4)
+    assert seen == [[0, 3, 6, 9], [12, 15, 18, 21], [24, 27]]
+    assert torch.equal(out, rows["input_ids"].float() * 2)
+    seen.clear()
+    assert torch.equal(micro_batched(forward, rows, 16), out) and len(seen) == 1  # fewer rows than the flag
+    seen.clear()
+    assert torch.equal(micro_batched(forward, rows, None), out) and len(seen) == 1

@@ -127,6 +127,19 @@ def rendezvous_listener(ip: str) -> socket.socket:
                        f"{len(ports)} taken): widen cluster__rendezvous_min_port .. cluster__rendezvous_max_port")
 
 
+def micro_batched(fn: Any, rows: dict[str, Any], micro: int | None) -> Any:
+    """``fn`` over ``rows`` (a dict of tensors, one row per sample on dim 0, as Experience.rows gives them) in
+    micro-batches of at most ``micro`` rows, its results concatenated in row order: --micro_rollout_batch_size,
+    make_experience's forward batch per GPU (a forward's logits grow with its rows: 128 rows of the 7B job on
+    one GPU asked for ~55 GB). None or 0: one call over every row."""
+    import torch
+
+    n = next(iter(rows.values())).size(0)
+    if not micro or n <= micro:
+        return fn(rows)
+    return torch.cat([fn({k: v[i:i + micro] for k, v in rows.items()}) for i in range(0, n, micro)])
+
+
 def release_cache_if_short() -> bool:
     """After one of make_experience's forwards: hand this process's cached, unused device memory back when the
     device has less free memory than that cache. A forward's activations and logits stay in PyTorch's cache,
@@ -250,7 +263,7 @@ class DistributedWorker:
         torch.cuda.empty_cache()
         return before - torch.cuda.memory_reserved()
 
-    def timed(self, shard: Any, method: str) -> tuple[Any, float, float, float]:
+    def timed(self, shard: Any, method: str, micro: int | None = None) -> tuple[Any, float, float, float]:
         """``method(shard)`` on this rank (as ActorGroup.async_run_sharded passes a rank its shard), the
         seconds it took here, its device work included where the result is on the host, and when it started
         and ended (``time.time()``): the loop's ``timing/forward/*``, ``timing/forward_wait/*`` and
@@ -258,7 +271,7 @@ class DistributedWorker:
         (a rank still busy, the results' way back, the driver's own work)."""
         started = time.time()
         t0 = time.perf_counter()
-        out = getattr(self, method)(shard)
+        out = micro_batched(getattr(self, method), shard, micro)
         seconds = time.perf_counter() - t0
         release_cache_if_short()
         return out, seconds, started, time.time()
