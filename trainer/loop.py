@@ -74,7 +74,6 @@ class Trainer:
         self.startup_marks.mark("trainer")
         self.cfg = cfg
         self.timer = Timer()
-        self.sync_parts: dict[str, float] = {}  # the last sync's parts before its push (sync_weights)
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.pretrain)
         self.prompts, stats = prompts_from_config(cfg, self.tokenizer)
         print(f"data: {stats.as_dict()}", flush=True)
@@ -209,7 +208,7 @@ class Trainer:
         state.sampler_state = rollout.sampler_state
         evals = self.evaluator.after_step(state.step)  # with the weights just synced, every --eval_steps
         metrics = {**rollout.metrics, **extra, **train_metrics, **evals, **self.timer.times,
-                   **self.weight_sync.timings, **self.sync_parts, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
+                   **self.weight_sync.timings, "sync/gib": synced / 2**30, "timing/step": time.perf_counter() - t0}
         if "step1" not in self.startup_marks:  # this run's first step: where the start-up went, once
             metrics.update(self._startup_report())
         if self.memory.sleeps:
@@ -298,8 +297,9 @@ class Trainer:
         gathered = ray.get([ref for refs in forwards.values() for ref in refs])  # every model's, in one wait
         got = time.time()
         ended = max((end for *_, end in gathered), default=got)
+        at = 0
         for name, refs in forwards.items():
-            results, gathered = gathered[:len(refs)], gathered[len(refs):]
+            results, at = gathered[at:at + len(refs)], at + len(refs)
             setattr(exp, name, torch.cat([out for out, *_ in results]))
             seconds[name] = max(s for _, s, _, _ in results)
             waits[name] = max(started for _, _, started, _ in results) - called
@@ -398,13 +398,12 @@ class Trainer:
         """Policy -> engines through the plan's transport (:mod:`trainer.weights.transports`); sleeping engines
         wake their weights first (their KV cache once the weights are in: :mod:`trainer.rollout.memory`), and
         the engines reset their prefix cache. Returns the bytes of weights handed over."""
-        t0 = time.perf_counter()
-        self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now
-        t1 = time.perf_counter()
-        self.memory.wake_weights()  # the weights' memory back (contents undefined until the push below)
-        # the sync's parts before the push's own (sync/gather_s, ...): a wait for the engines' start (step 1),
-        # the weights' memory woken (room made first where needed)
-        self.sync_parts = {"timing/sync/ready": t1 - t0, "timing/sync/wake": time.perf_counter() - t1}
+        # the sync's parts before the push's own (sync/gather_s, ...), in the step's timings: the wait for the
+        # engines' start (step 1), then the weights' memory woken (room made first where needed)
+        with self.timer("sync/ready"):
+            self.engines.wait_ready()  # the engines' start-up overlapped the models' and the warm-up; needed now
+        with self.timer("sync/wake"):
+            self.memory.wake_weights()  # the weights' memory back (contents undefined until the push below)
         return self.weight_sync.push()
 
     # --- run -----------------------------------------------------------------------------------------
