@@ -34,7 +34,7 @@
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   step1_prewarm1 (one GPU) the colocated 0.5B job, engine started with the models, cold, with and without
 #            --vllm_prewarm_kernels (the driver's copy's head start at TP 1)
-#   one7b    (one GPU) the 7B job on one GPU with 60 % of the optimizer's state on the host, 3 steps (issue 38
+#   one7b    (one GPU) the 7B job on one GPU with 60 % of the optimizer's state on the host, 5 steps (issue 38
 #            item 5), the host's memory sampled
 #   outputs1 (one GPU) bench/rollout_output.py on the 0.5B: generate with and without vLLM's per-step
 #            detokenization, 16 x 4 x 512 tokens (one engine of the 7B job), in and out of process
@@ -332,8 +332,9 @@ stage_check1() {  # one GPU, ~4 min: the tiny model through the colocated loop w
 
 stage_one7b() {  # one GPU (issue 38 item 5: "a 7B colocated job with --adam_offload needs about 61 GB on the GPU
   # ... try it first"): the 7B job of step1_7b on ONE GPU, one engine of TP 1, 60 % of the optimizer's fp32 state
-  # on the host (--adam_offload_ratio 0.6: all of it is ~91 GB of the host's 128 GiB), micro-batches of 8, 3
-  # steps; the host's memory sampled beside it. Also: make_experience's parts (timing/make_experience/*) with
+  # on the host (--adam_offload_ratio 0.6: all of it is ~91 GB of the host's 128 GiB), micro-batches of 8,
+  # ONE7B_STEPS steps (5: two landings of 2026-11-29 ran out of memory in steps 2 and 3, before the forwards
+  # honoured --micro_rollout_batch_size); the host's memory sampled beside it. Also: make_experience's parts (timing/make_experience/*) with
   # one reference rank, against 0.36-0.45 s outside the forward with four (2026-11-28)
   [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
@@ -342,7 +343,7 @@ stage_one7b() {  # one GPU (issue 38 item 5: "a 7B colocated job with --adam_off
   local sampler=$!
   CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "$res/one7b" --systems rlrun --gpus 1 --engines 1 --tp 1 --grad-ckpt --liger --kl-loss --prompts 32 \
-    --n 4 --new-tokens 512 --steps 3 --micro-train 8 --micro-rollout 16 --gpu-util 0.15 \
+    --n 4 --new-tokens 512 --steps ${ONE7B_STEPS:-5} --micro-train 8 --micro-rollout 16 --gpu-util 0.15 \
     --params "$(params $work/m7b)" --deadline 480 --system-deadline 480 \
     --rlrun-extra="--vllm_in_process --vllm_start_with_models --ref_zero_stage 0 --old_logprobs train --adam_offload --adam_offload_ratio 0.6"
   local rc=$?
