@@ -234,6 +234,10 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(runs, uninterrupted
     assert rows[2]["startup/policy/primed_s"] >= rows[2]["startup/policy/ready_s"]
     assert rows[2]["startup/reference/primed_s"] >= rows[2]["startup/reference/ready_s"]
     assert not any(key.endswith("/primed_s") for key in uninterrupted[0])  # off by default
+    # the policy's optimizer made between its model's load and DeepSpeed's set-up; the reference has none
+    first = uninterrupted[0]
+    assert first["startup/policy/loaded_s"] <= first["startup/policy/optimizer_s"] <= first["startup/policy/ready_s"]
+    assert "startup/reference/optimizer_s" not in first
     replaced = tmp / "b" / "metrics.jsonl.replaced"
     assert [json.loads(line)["step"] for line in replaced.read_text().splitlines()] == [3, 4]
     assert f"metrics: 2 rows of steps after 2 (run again now) moved from {tmp / 'b' / 'metrics.jsonl'}" in output

@@ -89,6 +89,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
             optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
         else:
             optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)
+        self.startup_marks.mark("optimizer")  # as the policy's (ModelWorker.init_model)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
         fp32_rope(self.engine.module)  # the backbone's, as the policy's (trainer.learn.model_worker.fp32_rope)
         self.startup_marks.mark("ready")
