@@ -1,0 +1,52 @@
+"""trainer.deepspeed_ops: what ray_node__deepspeed_ops runs on a node. Its build ("built", then "cached" at
+idempotence, the library under the node's state dir) runs in molecule/ray_node; here the refusals, which must
+come before anything is built, and a build that fails for want of a compiler."""
+
+import pytest
+
+from trainer import deepspeed_ops
+from trainer.deepspeed_ops import OpError, check_names, known_ops, main
+
+
+def test_the_nodes_ops_include_cpu_adam():
+    assert "cpu_adam" in known_ops()
+
+
+@pytest.mark.parametrize("names, named", [(["cpu_adamm"], ["'cpu_adamm'"]),
+                                          (["cpu_adam", "lion", "x"], ["'lion'", "'x'"])])
+def test_unknown_ops_are_refused_with_the_ones_this_node_has(names, named):
+    with pytest.raises(OpError) as e:
+        check_names(names, known_ops())
+    assert e.value.code == 2
+    message = str(e.value)
+    for name in named:
+        assert name in message
+    assert "'cpu_adam'" not in message  # a known name is not called unknown
+    assert "cpu_adam" in message.split("has", 1)[1]  # ... but listed among the node's ops
+
+
+def test_no_op_named_is_refused():
+    with pytest.raises(OpError, match="no op named: expected one or more of .*cpu_adam"):
+        check_names([], {"cpu_adam": object()})
+
+
+def test_an_unknown_op_builds_nothing(monkeypatch, capsys):
+    """One bad name among good ones: exit 2 before any op is built (nothing half done)."""
+    built = []
+    monkeypatch.setattr(deepspeed_ops, "build", lambda name, builder: built.append(name))
+    assert main(["cpu_adam", "nope"]) == 2
+    out, err = capsys.readouterr()
+    assert built == [] and out == ""
+    assert "unknown DeepSpeed op(s) 'nope'" in err
+
+
+def test_a_build_without_a_compiler_fails_naming_the_op_and_what_it_needs(monkeypatch, tmp_path, capsys):
+    """A real JIT build of cpu_adam whose compiler is /bin/false (torch reads CXX), in an empty cache."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")
+    assert main(["cpu_adam"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"DeepSpeed op 'cpu_adam' did not build in {tmp_path / 'cpu_adam'}" in err
+    assert "C++ compiler" in err and "ninja" in err
+    assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()

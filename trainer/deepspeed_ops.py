@@ -1,0 +1,113 @@
+"""Build DeepSpeed's JIT ops on a node before its first job needs them (``ray_node__deepspeed_ops``).
+
+The stack installs DeepSpeed without its C++ ops (``DS_BUILD_OPS=0``): an op is compiled the first time a
+process loads it, into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else under the home directory,
+which on a cluster node is its state dir). ``--adam_offload`` (the 7B PPO and the 32B presets) loads
+``cpu_adam``: the first job on each node then waits for that build, 51-54 s on the GPU machines and ~60 s on
+the 2-core one, inside its start-up, and a node without a compiler fails the job there. Run in the node's own
+environment (the role sources the node's env files first), this builds the named ops where the node's jobs
+will find them, so a job only loads them, and a missing compiler or ninja is found when the node is
+provisioned.
+
+    python -m trainer.deepspeed_ops cpu_adam [OP ...]
+
+Prints one JSON line per op: ``{"op", "state", "seconds", "path"}``; ``state`` is ``built`` (compiled now),
+``cached`` (the cache had it already) or ``installed`` (DeepSpeed was installed with it compiled in). Exit 0
+when every op loads; 2 for an op this node's DeepSpeed does not know (the message lists the ones it does);
+1 for an op that cannot be built here (the compiler's last lines). The ops are checked before any is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class OpError(Exception):
+    """An op that cannot be loaded here, with what was wrong; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def known_ops() -> dict[str, Any]:
+    """This node's DeepSpeed op builders by op name (they depend on the accelerator DeepSpeed finds).
+    DeepSpeed's logger is made during this import and writes to the stdout of that moment: stderr here, so
+    that stdout holds the result lines only."""
+    with contextlib.redirect_stdout(sys.stderr):
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+    return dict(ALL_OPS)
+
+
+def check_names(names: list[str], known: dict[str, Any]) -> None:
+    """Raise OpError (code 2) naming every op of ``names`` not in ``known``, and the ops that are."""
+    if not names:
+        raise OpError(f"no op named: expected one or more of {', '.join(sorted(known))}", 2)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise OpError(f"unknown DeepSpeed op(s) {', '.join(map(repr, unknown))}: this node's DeepSpeed has "
+                      f"{', '.join(sorted(known))}", 2)
+
+
+def library_state(path: Path) -> tuple[int, int] | None:
+    """The built library's identity (inode, modification time), or None while there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def build(name: str, builder: Any) -> dict[str, Any]:
+    """Load op ``name`` with its ``builder`` (compiling it if the cache lacks it); its result line."""
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import accelerator_name, installed_ops
+
+    t0 = time.monotonic()
+    if installed_ops.get(name, False) and accelerator_name == get_accelerator()._name:  # as builder.load decides
+        module = builder.load(verbose=False)
+        return {"op": name, "state": "installed", "seconds": round(time.monotonic() - t0, 3),
+                "path": getattr(module, "__file__", None)}
+    if not builder.is_compatible(verbose=False):
+        raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: "
+                      f"{builder.error_log or 'its builder says it is not compatible with this node'}")
+    from torch.utils.cpp_extension import _get_build_directory
+
+    library = Path(_get_build_directory(name, False)) / f"{name}.so"
+    before = library_state(library)
+    try:
+        module = builder.load(verbose=False)
+    except Exception as e:  # the compiler's or ninja's error, whatever its type
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        raise OpError(f"DeepSpeed op {name!r} did not build in {library.parent}: "
+                      + " | ".join(lines[-12:]) + " (a JIT build needs a C++ compiler, such as build-essential's, "
+                      "and ninja on PATH)") from e
+    after = library_state(library)
+    return {"op": name, "state": "cached" if before is not None and before == after else "built",
+            "seconds": round(time.monotonic() - t0, 3), "path": getattr(module, "__file__", str(library))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainer.deepspeed_ops", description=__doc__.split("\n\n")[0])
+    ap.add_argument("ops", nargs="*", metavar="OP", help="DeepSpeed op names, such as cpu_adam")
+    args = ap.parse_args(argv)
+    try:
+        known = known_ops()
+        check_names(args.ops, known)
+        for name in dict.fromkeys(args.ops):  # each once, in the order given
+            print(json.dumps(build(name, known[name])), flush=True)
+    except OpError as e:
+        print(f"deepspeed_ops: {e}", file=sys.stderr)
+        return e.code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
