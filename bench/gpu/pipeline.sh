@@ -36,6 +36,8 @@
 #            --vllm_prewarm_kernels (the driver's copy's head start at TP 1)
 #   one7b    (one GPU) the 7B job on one GPU with 60 % of the optimizer's state on the host, 5 steps (issue 38
 #            item 5), the host's memory sampled
+#   one7b_ops (one GPU) trainer.deepspeed_ops builds cpu_adam (ray_node__deepspeed_ops), then one7b, 2 steps:
+#            whether the job compiled it again (its policy's optimizer mark)
 #   outputs1 (one GPU) bench/rollout_output.py on the 0.5B: generate with and without vLLM's per-step
 #            detokenization, 16 x 4 x 512 tokens (one engine of the 7B job), in and out of process
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
@@ -349,6 +351,19 @@ stage_one7b() {  # one GPU (issue 38 item 5: "a 7B colocated job with --adam_off
   local rc=$?
   kill $sampler
   sort -k5 -n "$res/one7b_host.txt" | tail -1 | sed 's/^/one7b: peak /'
+  return $rc
+}
+
+stage_one7b_ops() {  # one GPU, ~6 min: ray_node__deepspeed_ops on the GPU machine: trainer.deepspeed_ops builds
+  # cpu_adam as the role does at provisioning (its seconds: what the first --adam_offload job on a node paid),
+  # then the 7B job of one7b, 2 steps, whose policy's loaded -> optimizer marks say whether it compiled it again
+  # (2026-11-29: loaded -> ready took 121 s with the build inside), then the tool once more ("cached")
+  python3 -m trainer.deepspeed_ops cpu_adam 2>"$res/one7b_ops_build.err" | sed 's/^/one7b_ops: before the job: /'
+  tail -3 "$res/one7b_ops_build.err"
+  ONE7B_STEPS=2 stage_one7b
+  local rc=$?
+  python3 -m trainer.deepspeed_ops cpu_adam 2>/dev/null | sed 's/^/one7b_ops: after the job: /'
+  grep -h "^start-up" "$res/one7b/rlrun.log" 2>/dev/null
   return $rc
 }
 
