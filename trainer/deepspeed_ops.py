@@ -3,8 +3,8 @@
 The stack installs DeepSpeed without its C++ ops (``DS_BUILD_OPS=0``): an op is compiled the first time a
 process loads it, into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else under the home directory,
 which on a cluster node is its state dir). ``--adam_offload`` (the 7B PPO and the 32B presets) loads
-``cpu_adam``: the first job on each node then waits for that build, 51-54 s on the GPU machines and ~60 s on
-the 2-core one, inside its start-up, and a node without a compiler fails the job there. Run in the node's own
+``cpu_adam``: the first job on each node then waits for that build, 43-54 s on the GPU machines and 65-87 s
+on the 2-core one, inside its start-up, and a node without a compiler fails the job there. Run in the node's own
 environment (the role sources the node's env files first), this builds the named ops where the node's jobs
 will find them, so a job only loads them, and a missing compiler or ninja is found when the node is
 provisioned.
