@@ -52,7 +52,8 @@ class Server:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         data = raw if raw is not None else json.dumps(body).encode()
-        resp = requests.post(f"{self.url}/get_reward", data=data, headers=headers, timeout=30, **kw)
+        timeout = kw.pop("timeout", 30)
+        resp = requests.post(f"{self.url}/get_reward", data=data, headers=headers, timeout=timeout, **kw)
         self.bodies.append(resp.text)
         return resp
 
@@ -460,7 +461,10 @@ def _symbolic_items(n: int) -> list[tuple[str, str]]:
 
 
 def test_correct_answers_score_1_under_4x_cpu_oversubscription(server: Server) -> None:
-    """Busy processes (4 per CPU, started here, ended by PID) must not turn correct answers into 0."""
+    """Busy processes (4 per CPU, started here, ended by PID) must not turn correct answers into 0. What is
+    asked is the scores, not how soon they come: on the 2-core CI machine with the other lane's clusters beside
+    the hogs, a request of 64 sympy items took over 30 s of wall time (2026-11-29), so the client waits longer.
+    The server's own budgets (CPU seconds an item, its wall-clock backstop) are what the test holds to."""
     cpus = len(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * cpus)]
     try:
@@ -469,7 +473,7 @@ def test_correct_answers_score_1_under_4x_cpu_oversubscription(server: Server) -
         reasons: list[str] = []
         for lo in range(0, len(items), MAX_ITEMS):
             chunk = items[lo : lo + MAX_ITEMS]
-            resp = server.post({"query": [r for r, _ in chunk], "labels": [lbl for _, lbl in chunk]})
+            resp = server.post({"query": [r for r, _ in chunk], "labels": [lbl for _, lbl in chunk]}, timeout=300)
             assert resp.status_code == 200, resp.text
             rewards += resp.json()["rewards"]
             reasons += resp.json()["extra_logs"]["reason"]
