@@ -87,14 +87,17 @@ unit: dev
 # The pytest files of lane-1: the tests of the session's one-node cluster (site.yml on this machine,
 # 127.0.0.4, ports 8600-8999), of the multinode lab (network namespaces 10.244.52.0/24) and of the Slurm lab
 # (10.245.61.0/24), and the bad inventories' playbook runs (127.0.0.9, refused before any host is touched);
-# also two self-contained files (the thin venv's role run in a temp dir, the retrieval service on a free
-# loopback port): about half of the suite's time. Balanced on a CI run's durations (2026-11-27: lane-1 1435 s,
-# lane-2 1682 s with test_validate_inventory's ~110 s in lane-2; 2026-11-29, a slower machine, with molecule
-# ray_node's cpu_adam build: lane-1 ~2230 s, lane-2 ~2475 s before those two files' ~110-150 s moved). Every other file under tests/ runs in pytest-rest
+# also the thin venv's role run in a temp dir (self-contained): about half of the suite's time. Not
+# test_retrieval_service.py: its in-process make_model imports torch._dynamo, which fails ("substitute_in_graph
+# expects a function but got SysInternPatch") in a pytest process that imported ansible's templating before
+# (ansible.template replaces sys.intern), as lane-1's test_slurm.py does through rlrun.slurm.spec (2026-11-29).
+# Balanced on a CI run's durations (2026-11-27: lane-1 1435 s, lane-2 1682 s with test_validate_inventory's
+# ~110 s in lane-2; 2026-11-29, a slower machine, with molecule ray_node's cpu_adam build: lane-1 ~2230 s,
+# lane-2 ~2475 s before test_python_stack_existing.py moved). Every other file under tests/ runs in pytest-rest
 # (--ignore of these and of tests/unit, which `unit` runs), so a new file is never left out.
 CLUSTER_TESTS := $(addprefix tests/integration/,test_cli_hung_head.py test_cluster_lifecycle.py \
   test_presets_cluster.py test_multinode.py test_node_service_systemd.py test_slurm.py \
-  test_validate_inventory.py test_python_stack_existing.py test_retrieval_service.py)
+  test_validate_inventory.py test_python_stack_existing.py)
 
 # pytest exits 5 when it collects nothing: that fails `make test`, as it must. Each pytest run has a
 # base temp dir of its own (two sessions at once). In-process vLLM tests run in a process of their
