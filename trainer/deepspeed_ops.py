@@ -78,6 +78,7 @@ def build(name: str, builder: Any) -> dict[str, Any]:
     if not builder.is_compatible(verbose=False):
         raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: "
                       f"{builder.error_log or 'its builder says it is not compatible with this node'}")
+    # torch's own answer to where load() builds `name` (private, in torch 2.11 and 2.13 alike: the pinned stack)
     from torch.utils.cpp_extension import _get_build_directory
 
     library = Path(_get_build_directory(name, False)) / f"{name}.so"

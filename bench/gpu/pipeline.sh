@@ -336,8 +336,9 @@ stage_one7b() {  # one GPU (issue 38 item 5: "a 7B colocated job with --adam_off
   # ... try it first"): the 7B job of step1_7b on ONE GPU, one engine of TP 1, 60 % of the optimizer's fp32 state
   # on the host (--adam_offload_ratio 0.6: all of it is ~91 GB of the host's 128 GiB), micro-batches of 8,
   # ONE7B_STEPS steps (5: two landings of 2026-11-29 ran out of memory in steps 2 and 3, before the forwards
-  # honoured --micro_rollout_batch_size); the host's memory sampled beside it. Also: make_experience's parts (timing/make_experience/*) with
-  # one reference rank, against 0.36-0.45 s outside the forward with four (2026-11-28)
+  # honoured --micro_rollout_batch_size); the host's memory sampled beside it. Also: make_experience's parts
+  # (timing/make_experience/*) with one reference rank, against 0.36-0.45 s outside the forward with four
+  # (2026-11-28)
   [ -f $work/m7b/params.json ] || python3 bench/gpu/model.py $work/m7b --shape 7b --device cuda || return 1
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
   (while sleep 2; do free -m | awk -v t="$(date +%T)" '/Mem:/ {print t, "host used MiB", $3}'; done) \
