@@ -292,7 +292,8 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             else:  # one fused kernel on CUDA instead of a loop over parameter groups
                 optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2,
                                               fused=torch.cuda.is_available())
-            # DeepSpeedCPUAdam builds its C++ op the first time a node uses it (~50 s on the GPU machine)
+            # DeepSpeedCPUAdam builds its C++ op the first time a node uses it (43-54 s on the GPU machines) unless
+            # ray_node__deepspeed_ops built it there (trainer.deepspeed_ops)
             self.startup_marks.mark("optimizer")
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config)
         fp32_rope(self.engine.module)  # zero.Init cast the RoPE frequencies to bf16 (see fp32_rope)
