@@ -15,6 +15,12 @@ Prints one JSON line per op: ``{"op", "state", "seconds", "path"}``; ``state`` i
 ``cached`` (the cache had it already) or ``installed`` (DeepSpeed was installed with it compiled in). Exit 0
 when every op loads; 2 for an op this node's DeepSpeed does not know (the message lists the ones it does);
 1 for an op that cannot be built here (the compiler's last lines). The ops are checked before any is built.
+
+    python -m trainer.deepspeed_ops --check cpu_adam [OP ...]
+
+builds nothing: one JSON line per op, ``{"op", "state", "path"}`` with ``state`` ``installed``, ``cached`` or
+``missing``, and for a missing op ``buildable`` (whether a job's load could compile it here) and, when not,
+``why``. ``rlrun submit``'s probe job runs it on the nodes of an ``--adam_offload`` job (exit 0, or 2 as above).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -65,23 +73,57 @@ def library_state(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def build(name: str, builder: Any) -> dict[str, Any]:
-    """Load op ``name`` with its ``builder`` (compiling it if the cache lacks it); its result line."""
+def _installed(name: str) -> bool:
+    """Whether DeepSpeed was installed with op ``name`` compiled in for this node's accelerator (as builder.load
+    decides)."""
     from deepspeed.accelerator import get_accelerator
     from deepspeed.git_version_info import accelerator_name, installed_ops
 
+    return bool(installed_ops.get(name, False)) and accelerator_name == get_accelerator()._name
+
+
+def _library(name: str) -> Path:
+    """Where a JIT load of op ``name`` builds its library: torch's own answer (private, in torch 2.11 and 2.13
+    alike: the pinned stack). It makes the (empty) build directory when there is none, as a load would."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, False)) / f"{name}.so"
+
+
+def look(name: str, builder: Any) -> dict[str, Any]:
+    """Where op ``name`` stands on this node, building nothing: its ``--check`` line. A missing op is
+    ``buildable`` when its builder is compatible with this node and the C++ compiler torch would call
+    (``$CXX``, else ``c++``) and ninja are there; a load that finds neither fails the job that asks for it."""
+    if _installed(name):
+        return {"op": name, "state": "installed", "path": None}
+    library = _library(name)
+    if library.exists():
+        return {"op": name, "state": "cached", "path": str(library)}
+    from torch.utils.cpp_extension import is_ninja_available
+
+    why = []
+    if not builder.is_compatible(verbose=False):
+        why.append(builder.error_log or "its builder says it is not compatible with this node")
+    cxx = os.environ.get("CXX") or "c++"
+    if shutil.which(cxx) is None:
+        why.append(f"no C++ compiler {cxx!r} on PATH")
+    if not is_ninja_available():
+        why.append("no ninja on PATH")
+    found = {"op": name, "state": "missing", "path": str(library), "buildable": not why}
+    return {**found, "why": "; ".join(why)} if why else found
+
+
+def build(name: str, builder: Any) -> dict[str, Any]:
+    """Load op ``name`` with its ``builder`` (compiling it if the cache lacks it); its result line."""
     t0 = time.monotonic()
-    if installed_ops.get(name, False) and accelerator_name == get_accelerator()._name:  # as builder.load decides
+    if _installed(name):
         module = builder.load(verbose=False)
         return {"op": name, "state": "installed", "seconds": round(time.monotonic() - t0, 3),
                 "path": getattr(module, "__file__", None)}
     if not builder.is_compatible(verbose=False):
         raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: "
                       f"{builder.error_log or 'its builder says it is not compatible with this node'}")
-    # torch's own answer to where load() builds `name` (private, in torch 2.11 and 2.13 alike: the pinned stack)
-    from torch.utils.cpp_extension import _get_build_directory
-
-    library = Path(_get_build_directory(name, False)) / f"{name}.so"
+    library = _library(name)
     before = library_state(library)
     try:
         module = builder.load(verbose=False)
@@ -98,12 +140,14 @@ def build(name: str, builder: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer.deepspeed_ops", description=__doc__.split("\n\n")[0])
     ap.add_argument("ops", nargs="*", metavar="OP", help="DeepSpeed op names, such as cpu_adam")
+    ap.add_argument("--check", action="store_true", help="build nothing: say whether each op is built, and if "
+                    "not whether it could be")
     args = ap.parse_args(argv)
     try:
         known = known_ops()
         check_names(args.ops, known)
         for name in dict.fromkeys(args.ops):  # each once, in the order given
-            print(json.dumps(build(name, known[name])), flush=True)
+            print(json.dumps((look if args.check else build)(name, known[name])), flush=True)
     except OpError as e:
         print(f"deepspeed_ops: {e}", file=sys.stderr)
         return e.code

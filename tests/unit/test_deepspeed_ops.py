@@ -1,6 +1,11 @@
 """trainer.deepspeed_ops: what ray_node__deepspeed_ops runs on a node. Its build ("built", then "cached" at
 idempotence, the library under the node's state dir) runs in molecule/ray_node; here the refusals, which must
-come before anything is built, and a build that fails for want of a compiler."""
+come before anything is built, and a build that fails for want of a compiler; and --check (what rlrun
+submit's probe job runs on the nodes of an --adam_offload job), which builds nothing."""
+
+import json
+import os
+import sys
 
 import pytest
 
@@ -50,3 +55,43 @@ def test_a_build_without_a_compiler_fails_naming_the_op_and_what_it_needs(monkey
     assert f"DeepSpeed op 'cpu_adam' did not build in {tmp_path / 'cpu_adam'}" in err
     assert "C++ compiler" in err and "ninja" in err
     assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()
+
+
+def _check(capsys) -> dict:
+    assert main(["--check", "cpu_adam", "cpu_adam"]) == 0
+    out, _ = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 1  # one line per op, each op once
+    return json.loads(lines[0])
+
+
+def test_check_finds_cpu_adam_missing_and_buildable_with_a_compiler_and_ninja(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", sys.executable)  # any executable on the path: --check only looks for it
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])  # the venv's ninja
+    assert _check(capsys) == {"op": "cpu_adam", "state": "missing", "path": str(tmp_path / "cpu_adam" / "cpu_adam.so"),
+                              "buildable": True}
+    assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()  # nothing built
+
+
+def test_check_says_why_cpu_adam_cannot_be_built(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ninja either
+    found = _check(capsys)
+    assert found["state"] == "missing" and found["buildable"] is False
+    assert found["why"] == f"no C++ compiler {str(tmp_path / 'no-such-c++')!r} on PATH; no ninja on PATH"
+
+
+def test_check_finds_a_cached_build_where_a_load_would_look(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))  # a cached op needs no compiler
+    (tmp_path / "cpu_adam").mkdir()
+    (tmp_path / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
+    assert _check(capsys) == {"op": "cpu_adam", "state": "cached", "path": str(tmp_path / "cpu_adam" / "cpu_adam.so")}
+
+
+def test_check_refuses_unknown_ops_as_a_build_does(capsys):
+    assert main(["--check", "cpu_adamm"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "unknown DeepSpeed op(s) 'cpu_adamm'" in err
