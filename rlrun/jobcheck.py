@@ -4,8 +4,8 @@
 :class:`ClusterView` (alive nodes with their CPUs and GPUs, reward-service health, which paths are
 missing on which nodes), so tests describe a 2 x 8-GPU cluster without having one. :func:`gather`
 builds the view of a live cluster: nodes from the state API (``/api/v0/nodes``, with the token),
-the rest from a probe job (:mod:`rlrun.probe`) that looks at every node and asks the reward services
-from the head, where the trainer's driver runs.
+the rest from a probe job (:mod:`rlrun.probe`) that looks at every node (paths, the retrieval service, the
+DeepSpeed ops the job loads) and asks the reward services from the head, where the trainer's driver runs.
 
 Batch arithmetic is not here: building the TrainerConfig already ran the trainer's own rules.
 
@@ -50,6 +50,9 @@ class ClusterView:
     # node IP -> "ok" or why not: the job's retrieval URL (--retriever_url, `{node_ip}` put in) asked on each node
     # by the probe job; empty when the job has none or the nodes were not probed
     retriever: Mapping[str, str] = field(default_factory=dict)
+    # node IP -> op name -> the node's `trainer.deepspeed_ops --check` finding ({"state": installed / cached /
+    # missing / unknown, "buildable", "why"}) for the ops the job loads (job_ops); None: the nodes were not looked at
+    ops: Mapping[str, Mapping[str, Mapping]] | None = None
 
     @property
     def gpus(self) -> float:
@@ -253,6 +256,11 @@ def model_and_data(cfg: TrainerConfig) -> list[tuple[str, str, bool]]:
     return out
 
 
+def job_ops(cfg: TrainerConfig) -> list[str]:
+    """The DeepSpeed JIT ops the job's training ranks load: cpu_adam (DeepSpeedCPUAdam) with --adam_offload."""
+    return ["cpu_adam"] if cfg.adam_offload else []
+
+
 def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
     """What the probe job must look at: absolute paths on every node / on the head, hub ids, reward URLs."""
     every, head, hub = [], [], []
@@ -265,7 +273,51 @@ def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
     request = {"paths": every, "head_paths": head, "hub_ids": hub, "reward_urls": list(cfg.remote_rm_url)}
     if getattr(cfg, "retriever_url", None):  # the trainer's --retriever_url (multi-turn search rollouts)
         request["retriever_url"] = cfg.retriever_url
+    if job_ops(cfg):
+        request["ops"] = job_ops(cfg)
     return request
+
+
+def check_ops(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report: Report) -> None:
+    """The DeepSpeed ops the job loads, on the nodes where its training ranks can land (those with GPUs for a GPU
+    job, else every node): built there (installed or in torch's extension cache), or compiled by the job at its
+    start (a note: a minute or more per node), or neither (a refusal: the job would fail at its optimizer)."""
+    ops = job_ops(cfg)
+    if not ops:
+        return
+    flag = "--adam_offload"
+    if view.ops is None:
+        report.notes.append(f"DeepSpeed op {', '.join(ops)} ({flag}): not looked at on the nodes")
+        return
+    gpu = uses_gpus(view, expects_gpus)
+    trainers = [n.ip for n in view.nodes if n.gpus > 0 or not gpu]
+    variable = "ray_node__deepspeed_ops: [" + ", ".join(ops) + "]"
+    for op in ops:
+        found = {ip: view.ops.get(ip, {}).get(op) or {"state": "unknown", "why": "the probe did not report it"}
+                 for ip in trainers}
+        built = [ip for ip, f in found.items() if f.get("state") in ("installed", "cached")]
+        compiles = [ip for ip, f in found.items() if f.get("state") == "missing" and f.get("buildable")]
+        cannot = {ip: f.get("why") or "no reason given" for ip, f in found.items()
+                  if f.get("state") == "missing" and not f.get("buildable")}
+        unknown = {ip: f.get("why") or "no reason given" for ip, f in found.items()
+                   if f.get("state") not in ("installed", "cached", "missing")}
+        if built and not (compiles or cannot or unknown):
+            report.lines.append(f"DeepSpeed op {op} ({flag}): built on {_nodes(built)}")
+        if compiles:
+            report.notes.append(f"DeepSpeed op {op} ({flag}) is not built on {_nodes(compiles)}: the job compiles "
+                                f"it there as it starts (a minute or more per node); {variable} in the inventory "
+                                "builds it on each node when the node is provisioned")
+        for ip, why in cannot.items():
+            report.problems.append(f"DeepSpeed op {op} ({flag}) is not built on {ip} and cannot be built there "
+                                   f"({why}): the job would fail as it sets up its optimizer; install what is "
+                                   f"missing and set {variable} in the inventory (it builds the op when the node "
+                                   f"is provisioned), or leave out {flag}")
+        for ip, why in unknown.items():
+            report.notes.append(f"DeepSpeed op {op} ({flag}) on {ip}: not known ({why})")
+
+
+def _nodes(ips: list[str]) -> str:
+    return f"{ips[0]}" if len(ips) == 1 else f"{len(ips)} nodes ({', '.join(ips)})"
 
 
 def check_inputs(cfg: TrainerConfig, view: ClusterView, workdir: Path | None, excludes: list[str],
@@ -328,6 +380,7 @@ def check(cfg: TrainerConfig, view: ClusterView, *, expects_gpus: bool = False, 
         return report
     check_placement(cfg, view, expects_gpus, report)
     check_inputs(cfg, view, workdir, excludes or [], report)
+    check_ops(cfg, view, expects_gpus, report)
     return report
 
 
@@ -347,4 +400,5 @@ def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jo
                            "this machine", None)
     found = run_probe(jobs, request)
     missing = {k: tuple(v) for k, v in found["missing"].items()}
-    return ClusterView(nodes, found["reward"], f"the head {found['head']}", missing, found.get("retriever") or {})
+    return ClusterView(nodes, found["reward"], f"the head {found['head']}", missing, found.get("retriever") or {},
+                       (found.get("ops") or {}) if request.get("ops") else None)

@@ -4,7 +4,9 @@
 working dir, no resources: it runs where the trainer's driver will, on the head) through the Jobs
 API with the cluster token. The job runs one zero-CPU task pinned to each alive node that reports
 which paths (and Hugging Face cache entries) are missing there and whether the job's retrieval service
-(``--retriever_url`` with that node's address) answers there, checks the head-only paths and the
+(``--retriever_url`` with that node's address) answers there and, for the DeepSpeed ops the job loads
+(``cpu_adam`` with ``--adam_offload``), whether each is built there or could be (the node's own
+``python -m trainer.deepspeed_ops --check``, which builds nothing); it checks the head-only paths and the
 reward services' ``/health_check`` from the head, and prints one ``@probe {json}`` line. The job is
 deleted afterwards. Sending the source (rather than importing rlrun on the nodes) keeps the probe
 right even when the nodes run an older rlrun.
@@ -18,6 +20,7 @@ import contextlib
 import json
 import os
 import ssl
+import subprocess
 import sys
 import time
 import urllib.error
@@ -29,9 +32,11 @@ PROBE_TAG = "@probe"
 PROBE_JOB_PREFIX = "rlrun-probe-"  # `rlrun list` leaves these out (unless --all)
 
 
-def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None) -> tuple[str, list[str], str | None]:
+def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None, ops: list[str] | None = None
+          ) -> tuple[str, list[str], str | None, dict[str, dict]]:
     """On one node: (its IP, the paths and hub ids missing there, the health of the job's retrieval service on
-    this node: its URL with the node's own address for {node_ip}; None without one)."""
+    this node: its URL with the node's own address for {node_ip}, None without one; where each of ``ops``
+    stands there: see _ops)."""
     import ray  # inside the probe job only (this runs on a node); rlrun's own commands never import Ray here
 
     hub_cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
@@ -39,7 +44,31 @@ def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None
     missing = [p for p in paths if not os.path.exists(os.path.expanduser(p))]
     missing += [h for h in hub_ids if not os.path.isdir(os.path.join(hub_cache, "models--" + h.replace("/", "--")))]
     ip = ray.util.get_node_ip_address()
-    return ip, missing, _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None
+    return ip, missing, _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None, _ops(ops or [])
+
+
+def _ops(ops: list[str], timeout: float = 45.0) -> dict[str, dict]:
+    """Op name -> the node's ``trainer.deepspeed_ops --check`` line for it (state installed / cached / missing,
+    buildable, why), run with the Python and environment a job's workers get here; on a node where that cannot
+    run, {"state": "unknown", "why": ...} for each op."""
+    if not ops:
+        return {}
+    try:
+        done = subprocess.run([sys.executable, "-m", "trainer.deepspeed_ops", "--check", *ops], capture_output=True,
+                              text=True, timeout=timeout, cwd=os.path.expanduser("~"), check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"`python -m trainer.deepspeed_ops --check` did not run ({type(exc).__name__}: {exc})"
+        return {op: {"op": op, "state": "unknown", "why": why} for op in ops}
+    found = {}
+    for line in done.stdout.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            line_found = json.loads(line)
+            found[line_found["op"]] = line_found
+    if done.returncode != 0 or set(found) != set(ops):
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        why = f"`python -m trainer.deepspeed_ops --check` exited {done.returncode}: {last[-300:]}"
+        return {op: found.get(op) or {"op": op, "state": "unknown", "why": why} for op in ops}
+    return found
 
 
 def _health(url: str, timeout: float = 5.0) -> str:
@@ -65,21 +94,25 @@ def main(argv: list[str]) -> int:
     ray.init(log_to_driver=False)
     look = ray.remote(num_cpus=0)(_look)
     refs = [look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-            .remote(req["paths"], req["hub_ids"], req.get("retriever_url")) for n in ray.nodes() if n["Alive"]]
+            .remote(req["paths"], req["hub_ids"], req.get("retriever_url"), req.get("ops"))
+            for n in ray.nodes() if n["Alive"]]
     missing: dict[str, list[str]] = {}
     retriever: dict[str, str] = {}
-    for ip, gone, searched in ray.get(refs, timeout=req.get("timeout", 60)):
+    ops: dict[str, dict[str, dict]] = {}
+    for ip, gone, searched, op_states in ray.get(refs, timeout=req.get("timeout", 60)):
         for item in gone:
             missing.setdefault(item, []).append(ip)
         if searched is not None:
             retriever[ip] = searched
+        if op_states:
+            ops[ip] = op_states
     head = ray.util.get_node_ip_address()
     for path in req["head_paths"]:
         if not os.path.exists(os.path.expanduser(path)):
             missing.setdefault(path, []).append(head)
     reward = {url: _health(url) for url in req["reward_urls"]}
-    print(PROBE_TAG, json.dumps({"missing": missing, "reward": reward, "head": head, "retriever": retriever}),
-          flush=True)
+    print(PROBE_TAG, json.dumps({"missing": missing, "reward": reward, "head": head, "retriever": retriever,
+                                 "ops": ops}), flush=True)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Presets against the session's one-machine cluster (conftest's local_cluster: 2 CPUs, no GPU):
-a GPU preset is refused with the GPU arithmetic, the probe job finds a missing model and a dead reward
-service, and `rlrun submit --preset tiny-rloo --follow` trains to the end; `rlrun plot` draws it;
-`rlrun submit --resume JOB` continues it from its last checkpoint."""
+a GPU preset is refused with the GPU arithmetic, the probe job finds a missing model, a dead reward
+service and an --adam_offload op not built yet, and `rlrun submit --preset tiny-rloo --follow` trains to the
+end; `rlrun plot` draws it; `rlrun submit --resume JOB` continues it from its last checkpoint."""
 
 from __future__ import annotations
 
@@ -41,14 +41,18 @@ def test_gpu_preset_is_refused_with_the_gpu_arithmetic(cluster):
 
 
 def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path):
+    """Also: with --adam_offload the probe asks the node whether cpu_adam is built (the session's cluster is
+    fresh: no job has compiled it, and its nodes have a compiler and ninja, so the job would build it: a note)."""
     result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--set", "pretrain=/nonexistent/tiny-model",
+                   "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true",
                    "--set", f"remote_rm_url=http://{ADDRESS}:{PORT + 99}/get_reward", timeout=300)
     err = " ".join(result.stderr.split())
     assert result.returncode == 1, err
     assert f"--pretrain /nonexistent/tiny-model does not exist on {ADDRESS}" in err, err
     assert f"reward service http://{ADDRESS}:{PORT + 99}/get_reward: unreachable" in err, err
     assert "--prompt_data" in err and "present on the head" in err, err
+    assert (f"note: DeepSpeed op cpu_adam (--adam_offload) is not built on {ADDRESS}: the job compiles it there as "
+            "it starts") in err, err
     assert f"refused: the job cannot run on cluster {NAME} (2 problems)" in err, err
 
 

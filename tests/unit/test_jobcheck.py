@@ -1,12 +1,12 @@
 """Checks of a job against a described cluster (no cluster needed): placement arithmetic per node,
-reward health, model and data paths."""
+reward health, model and data paths, the DeepSpeed ops an --adam_offload job loads."""
 
 from __future__ import annotations
 
 import pytest
 
 from rlrun import presets as P
-from rlrun.jobcheck import ClusterView, NodeView, check, classify, probe_request
+from rlrun.jobcheck import ClusterView, NodeView, check, classify, job_ops, probe_request
 from rlrun.jobs import DEFAULT_EXCLUDES
 
 REWARD = "http://10.0.0.5:5001/get_reward"
@@ -214,3 +214,74 @@ def test_hub_ids_are_noted_not_refused_and_probed_in_the_cache():
 def test_no_alive_node_is_a_problem():
     cfg, gpus = job("tiny-rloo")
     assert check(cfg, ClusterView(()), expects_gpus=gpus).problems == ["the cluster has no alive node"]
+
+
+# --- DeepSpeed ops: --adam_offload loads cpu_adam (DeepSpeedCPUAdam), a JIT op the stack installs unbuilt ---
+BUILT = {"cpu_adam": {"op": "cpu_adam", "state": "cached", "path": "/state/.cache/torch_extensions/cpu_adam.so"}}
+BUILDABLE = {"cpu_adam": {"op": "cpu_adam", "state": "missing", "buildable": True}}
+NO_COMPILER = {"cpu_adam": {"op": "cpu_adam", "state": "missing", "buildable": False,
+                            "why": "no C++ compiler 'c++' on PATH; no ninja on PATH"}}
+WITH_REWARD_NODE = (*TWO_BY_EIGHT, NodeView("10.0.0.6", 8, 0))  # a CPU node (reward service): trains nothing
+
+
+def with_ops(nodes, ops) -> ClusterView:
+    return ClusterView(nodes, {REWARD: "ok"}, "the head 10.0.0.5", {}, {}, ops)
+
+
+def test_only_adam_offload_jobs_ask_the_probe_for_cpu_adam():
+    offload, _ = job("32b-rloo")
+    assert offload.adam_offload and job_ops(offload) == ["cpu_adam"]
+    assert probe_request(offload, None)["ops"] == ["cpu_adam"]
+    plain, _ = job("32b-rloo", "adam_offload=false")
+    assert job_ops(plain) == [] and "ops" not in probe_request(plain, None)
+
+
+def test_cpu_adam_built_on_every_gpu_node_is_a_line_and_the_cpu_node_is_not_asked():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, with_ops(WITH_REWARD_NODE, {"10.0.0.5": BUILT, "10.0.0.4": BUILT, "10.0.0.6": NO_COMPILER}),
+                   expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert "DeepSpeed op cpu_adam (--adam_offload): built on 2 nodes (10.0.0.5, 10.0.0.4)" in report.lines
+    assert not any("cpu_adam" in n for n in report.notes)
+
+
+def test_cpu_adam_the_job_would_compile_is_a_note_naming_the_node_and_the_role_variable():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, with_ops(TWO_BY_EIGHT, {"10.0.0.5": BUILT, "10.0.0.4": BUILDABLE}), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert ("DeepSpeed op cpu_adam (--adam_offload) is not built on 10.0.0.4: the job compiles it there as it "
+            "starts (a minute or more per node); ray_node__deepspeed_ops: [cpu_adam] in the inventory builds it "
+            "on each node when the node is provisioned") in report.notes
+    assert not any("cpu_adam" in line for line in report.lines)
+
+
+def test_cpu_adam_that_cannot_be_built_on_a_gpu_node_refuses_the_job_with_the_reason():
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, with_ops(TWO_BY_EIGHT, {"10.0.0.5": BUILDABLE, "10.0.0.4": NO_COMPILER}), expects_gpus=gpus)
+    assert report.problems == [
+        "DeepSpeed op cpu_adam (--adam_offload) is not built on 10.0.0.4 and cannot be built there (no C++ compiler "
+        "'c++' on PATH; no ninja on PATH): the job would fail as it sets up its optimizer; install what is missing "
+        "and set ray_node__deepspeed_ops: [cpu_adam] in the inventory (it builds the op when the node is "
+        "provisioned), or leave out --adam_offload"]
+    assert any("not built on 10.0.0.5: the job compiles it" in n for n in report.notes)
+
+
+def test_on_a_cpu_cluster_every_node_trains_so_every_node_is_asked():
+    cfg, gpus = job("tiny-rloo", "adam_offload=true")
+    assert not gpus
+    report = check(cfg, with_ops(ONE_MACHINE, {"127.0.0.2": NO_COMPILER}), expects_gpus=gpus)
+    assert len(report.problems) == 1 and "not built on 127.0.0.2 and cannot be built there" in report.problems[0]
+
+
+@pytest.mark.parametrize("ops, note", [
+    (None, "DeepSpeed op cpu_adam (--adam_offload): not looked at on the nodes"),
+    ({"10.0.0.5": BUILT}, "DeepSpeed op cpu_adam (--adam_offload) on 10.0.0.4: not known (the probe did not report "
+                          "it)"),
+    ({"10.0.0.5": BUILT, "10.0.0.4": {"cpu_adam": {"op": "cpu_adam", "state": "unknown", "why": "exited 2: old"}}},
+     "DeepSpeed op cpu_adam (--adam_offload) on 10.0.0.4: not known (exited 2: old)"),
+])
+def test_ops_not_looked_at_or_not_reported_are_noted_not_refused(ops, note):
+    cfg, gpus = job("32b-rloo")
+    report = check(cfg, with_ops(TWO_BY_EIGHT, ops), expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert note in report.notes
