@@ -297,23 +297,26 @@ def check_ops(cfg: TrainerConfig, view: ClusterView, expects_gpus: bool, report:
                  for ip in trainers}
         built = [ip for ip, f in found.items() if f.get("state") in ("installed", "cached")]
         compiles = [ip for ip, f in found.items() if f.get("state") == "missing" and f.get("buildable")]
-        cannot = {ip: f.get("why") or "no reason given" for ip, f in found.items()
-                  if f.get("state") == "missing" and not f.get("buildable")}
-        unknown = {ip: f.get("why") or "no reason given" for ip, f in found.items()
-                   if f.get("state") not in ("installed", "cached", "missing")}
+        cannot: dict[str, list[str]] = {}  # why -> the nodes (one problem per reason, not per node)
+        unknown: dict[str, list[str]] = {}
+        for ip, f in found.items():
+            if f.get("state") == "missing" and not f.get("buildable"):
+                cannot.setdefault(f.get("why") or "no reason given", []).append(ip)
+            elif f.get("state") not in ("installed", "cached", "missing"):
+                unknown.setdefault(f.get("why") or "no reason given", []).append(ip)
         if built and not (compiles or cannot or unknown):
             report.lines.append(f"DeepSpeed op {op} ({flag}): built on {_nodes(built)}")
         if compiles:
             report.notes.append(f"DeepSpeed op {op} ({flag}) is not built on {_nodes(compiles)}: the job compiles "
                                 f"it there as it starts (a minute or more per node); {variable} in the inventory "
                                 "builds it on each node when the node is provisioned")
-        for ip, why in cannot.items():
-            report.problems.append(f"DeepSpeed op {op} ({flag}) is not built on {ip} and cannot be built there "
-                                   f"({why}): the job would fail as it sets up its optimizer; install what is "
+        for why, ips in cannot.items():
+            report.problems.append(f"DeepSpeed op {op} ({flag}) is not built on {_nodes(ips)} and cannot be built "
+                                   f"there ({why}): the job would fail as it sets up its optimizer; install what is "
                                    f"missing and set {variable} in the inventory (it builds the op when the node "
                                    f"is provisioned), or leave out {flag}")
-        for ip, why in unknown.items():
-            report.notes.append(f"DeepSpeed op {op} ({flag}) on {ip}: not known ({why})")
+        for why, ips in unknown.items():
+            report.notes.append(f"DeepSpeed op {op} ({flag}) on {_nodes(ips)}: not known ({why})")
 
 
 def _nodes(ips: list[str]) -> str:

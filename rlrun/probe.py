@@ -55,7 +55,7 @@ def _ops(ops: list[str], timeout: float = 45.0) -> dict[str, dict]:
         return {}
     try:
         done = subprocess.run([sys.executable, "-m", "trainer.deepspeed_ops", "--check", *ops], capture_output=True,
-                              text=True, timeout=timeout, cwd=os.path.expanduser("~"), check=False)
+                              text=True, timeout=timeout, cwd="/", check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"`python -m trainer.deepspeed_ops --check` did not run ({type(exc).__name__}: {exc})"
         return {op: {"op": op, "state": "unknown", "why": why} for op in ops}

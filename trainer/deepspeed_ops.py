@@ -93,7 +93,8 @@ def _library(name: str) -> Path:
 def look(name: str, builder: Any) -> dict[str, Any]:
     """Where op ``name`` stands on this node, building nothing: its ``--check`` line. A missing op is
     ``buildable`` when its builder is compatible with this node and the C++ compiler torch would call
-    (``$CXX``, else ``c++``) and ninja are there; a load that finds neither fails the job that asks for it."""
+    (``$CXX``, else ``c++``) and ninja are there: a job's load without them fails. (Whether the compiler then
+    succeeds is known only by building: ``ray_node__deepspeed_ops`` does that when the node is provisioned.)"""
     if _installed(name):
         return {"op": name, "state": "installed", "path": None}
     library = _library(name)

@@ -266,6 +266,16 @@ def test_cpu_adam_that_cannot_be_built_on_a_gpu_node_refuses_the_job_with_the_re
     assert any("not built on 10.0.0.5: the job compiles it" in n for n in report.notes)
 
 
+def test_nodes_that_cannot_build_it_for_one_reason_are_one_problem_naming_them_all():
+    cfg, gpus = job("32b-rloo")
+    nodes = (*TWO_BY_EIGHT, NodeView("10.0.0.7", 64, 8))
+    report = check(cfg, with_ops(nodes, {"10.0.0.5": NO_COMPILER, "10.0.0.4": NO_COMPILER, "10.0.0.7": BUILT}),
+                   expects_gpus=gpus)
+    assert len(report.problems) == 1, report.problems
+    assert report.problems[0].startswith("DeepSpeed op cpu_adam (--adam_offload) is not built on 2 nodes (10.0.0.5, "
+                                         "10.0.0.4) and cannot be built there (no C++ compiler 'c++' on PATH; ")
+
+
 def test_on_a_cpu_cluster_every_node_trains_so_every_node_is_asked():
     cfg, gpus = job("tiny-rloo", "adam_offload=true")
     assert not gpus
