@@ -261,8 +261,14 @@ def job_ops(cfg: TrainerConfig) -> list[str]:
     return ["cpu_adam"] if cfg.adam_offload else []
 
 
-def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
-    """What the probe job must look at: absolute paths on every node / on the head, hub ids, reward URLs."""
+#: The job's own env vars (``rlrun submit --env``) that decide where a JIT op is built and with what: the probe
+#: asks the nodes' check under them, as the job's workers would load the op.
+OPS_ENV = ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "CXX")
+
+
+def probe_request(cfg: TrainerConfig, workdir: Path | None, env: Mapping[str, str] | None = None) -> dict:
+    """What the probe job must look at: absolute paths on every node / on the head, hub ids, reward URLs, the
+    retrieval URL, the DeepSpeed ops (under the job's ``env``'s OPS_ENV values)."""
     every, head, hub = [], [], []
     for flag, value, on_every in model_and_data(cfg):
         kind = classify(value, workdir)
@@ -275,6 +281,9 @@ def probe_request(cfg: TrainerConfig, workdir: Path | None) -> dict:
         request["retriever_url"] = cfg.retriever_url
     if job_ops(cfg):
         request["ops"] = job_ops(cfg)
+        ops_env = {k: v for k, v in (env or {}).items() if k in OPS_ENV}
+        if ops_env:
+            request["ops_env"] = ops_env
     return request
 
 
@@ -389,12 +398,12 @@ def check(cfg: TrainerConfig, view: ClusterView, *, expects_gpus: bool = False, 
 
 # --- the live cluster ----------------------------------------------------------------------------------------
 def gather(cluster, cfg: TrainerConfig, workdir: Path | None, *, probe: bool, jobs=None,
-           timeout: float = 10.0) -> ClusterView:
+           timeout: float = 10.0, env: Mapping[str, str] | None = None) -> ClusterView:
     """The view of a live cluster: nodes from the state API; reward health and paths from a probe job
     (``probe=True``), else reward health from this machine and paths not looked at."""
     nodes = tuple(NodeView(n.node_ip, n.cpus, n.gpus, n.is_head)
                   for n in list_nodes(cluster.dashboard_url, cluster.token, timeout=timeout) if n.alive)
-    request = probe_request(cfg, workdir)
+    request = probe_request(cfg, workdir, env)
     if not any(request.values()):  # nothing on the nodes to look at
         return ClusterView(nodes, {}, "this machine", {})
     if not probe:

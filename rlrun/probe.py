@@ -32,8 +32,8 @@ PROBE_TAG = "@probe"
 PROBE_JOB_PREFIX = "rlrun-probe-"  # `rlrun list` leaves these out (unless --all)
 
 
-def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None, ops: list[str] | None = None
-          ) -> tuple[str, list[str], str | None, dict[str, dict]]:
+def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None, ops: list[str] | None = None,
+          ops_env: dict[str, str] | None = None) -> tuple[str, list[str], str | None, dict[str, dict]]:
     """On one node: (its IP, the paths and hub ids missing there, the health of the job's retrieval service on
     this node: its URL with the node's own address for {node_ip}, None without one; where each of ``ops``
     stands there: see _ops)."""
@@ -44,18 +44,20 @@ def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None
     missing = [p for p in paths if not os.path.exists(os.path.expanduser(p))]
     missing += [h for h in hub_ids if not os.path.isdir(os.path.join(hub_cache, "models--" + h.replace("/", "--")))]
     ip = ray.util.get_node_ip_address()
-    return ip, missing, _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None, _ops(ops or [])
+    return ip, missing, _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None, _ops(ops or [], ops_env)
 
 
-def _ops(ops: list[str], timeout: float = 45.0) -> dict[str, dict]:
+def _ops(ops: list[str], env: dict[str, str] | None = None, timeout: float = 45.0) -> dict[str, dict]:
     """Op name -> the node's ``trainer.deepspeed_ops --check`` line for it (state installed / cached / missing,
-    buildable, why), run with the Python and environment a job's workers get here; on a node where that cannot
-    run, {"state": "unknown", "why": ...} for each op."""
+    buildable, why), run with the Python and environment a job's workers get here (the node's, with ``env``: the
+    job's own values of the variables that decide it); on a node where that cannot run, {"state": "unknown",
+    "why": ...} for each op."""
     if not ops:
         return {}
     try:
         done = subprocess.run([sys.executable, "-m", "trainer.deepspeed_ops", "--check", *ops], capture_output=True,
-                              text=True, timeout=timeout, cwd="/", check=False)
+                              text=True, timeout=timeout, cwd="/", check=False,
+                              env={**os.environ, **(env or {})})
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"`python -m trainer.deepspeed_ops --check` did not run ({type(exc).__name__}: {exc})"
         return {op: {"op": op, "state": "unknown", "why": why} for op in ops}
@@ -94,7 +96,7 @@ def main(argv: list[str]) -> int:
     ray.init(log_to_driver=False)
     look = ray.remote(num_cpus=0)(_look)
     refs = [look.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-            .remote(req["paths"], req["hub_ids"], req.get("retriever_url"), req.get("ops"))
+            .remote(req["paths"], req["hub_ids"], req.get("retriever_url"), req.get("ops"), req.get("ops_env"))
             for n in ray.nodes() if n["Alive"]]
     missing: dict[str, list[str]] = {}
     retriever: dict[str, str] = {}

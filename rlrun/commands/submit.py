@@ -124,7 +124,7 @@ def submit(obj, preset_name, set_pairs, presets_dir, dry_run, no_check, debug, f
         echo(f"entrypoint: {shlex.join(entrypoint)}")
         echo(f"runtime_env: {json.dumps(runtime_env)}")
     if job is not None and not no_check:
-        _check_job(obj, job, wd, DEFAULT_EXCLUDES + list(exclude), probe=not dry_run)
+        _check_job(obj, job, wd, DEFAULT_EXCLUDES + list(exclude), probe=not dry_run, env=env)
     if dry_run:
         say("dry run: nothing submitted")
         return
@@ -168,11 +168,12 @@ def _preset_job(obj: Context, name: str, set_pairs, presets_dir, wd: Path | None
             "expects_gpus": preset.hardware.accelerator == "gpu"}
 
 
-def _check_job(obj: Context, job: dict, wd: Path | None, excludes: list[str], probe: bool) -> None:
+def _check_job(obj: Context, job: dict, wd: Path | None, excludes: list[str], probe: bool,
+               env: dict[str, str] | None = None) -> None:
     """Refuse, with the arithmetic, a trainer job the live cluster cannot run."""
     cluster = obj.cluster
     view = jobcheck.gather(cluster, job["config"], wd, probe=probe, jobs=obj.jobs() if probe else None,
-                           timeout=obj.timeout)
+                           timeout=obj.timeout, env=env)
     report = jobcheck.check(job["config"], view, expects_gpus=job["expects_gpus"], workdir=wd, excludes=excludes)
     say(f"checks against cluster {cluster.name} at {cluster.dashboard_url}:")
     for line in report.lines:

@@ -42,7 +42,8 @@ def test_gpu_preset_is_refused_with_the_gpu_arithmetic(cluster):
 
 def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path):
     """Also: with --adam_offload the probe asks the node whether cpu_adam is built (the session's cluster is
-    fresh: no job has compiled it, and its nodes have a compiler and ninja, so the job would build it: a note)."""
+    fresh: no job has compiled it, and its nodes have a compiler and ninja, so the job would build it: a note),
+    under the job's own --env values."""
     result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
                    "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true",
                    "--set", f"remote_rm_url=http://{ADDRESS}:{PORT + 99}/get_reward", timeout=300)
@@ -54,6 +55,17 @@ def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path
     assert (f"note: DeepSpeed op cpu_adam (--adam_offload) is not built on {ADDRESS}: the job compiles it there as "
             "it starts") in err, err
     assert f"refused: the job cannot run on cluster {NAME} (2 problems)" in err, err
+    # The job's own TORCH_EXTENSIONS_DIR (--env) is where its workers would load the op from: the probe looks there.
+    ext = tmp_path / "ext"
+    (ext / "cpu_adam").mkdir(parents=True)
+    (ext / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
+    result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
+                   "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true",
+                   "--env", f"TORCH_EXTENSIONS_DIR={ext}", timeout=300)
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 1, err
+    assert f"DeepSpeed op cpu_adam (--adam_offload): built on {ADDRESS}" in err, err
+    assert f"refused: the job cannot run on cluster {NAME} (1 problem)" in err, err
 
 
 @pytest.fixture(scope="module")

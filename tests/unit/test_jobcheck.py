@@ -234,6 +234,11 @@ def test_only_adam_offload_jobs_ask_the_probe_for_cpu_adam():
     assert probe_request(offload, None)["ops"] == ["cpu_adam"]
     plain, _ = job("32b-rloo", "adam_offload=false")
     assert job_ops(plain) == [] and "ops" not in probe_request(plain, None)
+    # the job's own values of what decides where the op is built go with the request; nothing else of its env
+    env = {"TORCH_EXTENSIONS_DIR": "/scratch/ext", "CXX": "g++-13", "WANDB_API_KEY": "secret", "PATH": "/x"}
+    assert probe_request(offload, None, env)["ops_env"] == {"TORCH_EXTENSIONS_DIR": "/scratch/ext", "CXX": "g++-13"}
+    assert "ops_env" not in probe_request(offload, None, {"WANDB_API_KEY": "secret"})
+    assert "ops_env" not in probe_request(plain, None, env)
 
 
 def test_cpu_adam_built_on_every_gpu_node_is_a_line_and_the_cpu_node_is_not_asked():

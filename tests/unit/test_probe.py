@@ -16,6 +16,17 @@ def test_the_nodes_check_is_run_and_its_finding_returned(monkeypatch, tmp_path):
         "cpu_adam": {"op": "cpu_adam", "state": "cached", "path": str(tmp_path / "cpu_adam" / "cpu_adam.so")}}
 
 
+def test_the_jobs_own_extension_dir_is_where_the_check_looks(monkeypatch, tmp_path):
+    """`rlrun submit --env TORCH_EXTENSIONS_DIR=...`: the job's workers would load the op from there, not from
+    the node's default, so the check runs under the job's value."""
+    node_default, jobs = tmp_path / "node", tmp_path / "job"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(node_default))  # the node's env: nothing built there
+    (jobs / "cpu_adam").mkdir(parents=True)
+    (jobs / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
+    assert probe._ops(["cpu_adam"], {"TORCH_EXTENSIONS_DIR": str(jobs)})["cpu_adam"]["state"] == "cached"
+    assert probe._ops(["cpu_adam"])["cpu_adam"]["state"] == "missing"
+
+
 def test_no_ops_asked_runs_nothing(monkeypatch):
     monkeypatch.setattr(probe.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     assert probe._ops([]) == {}
