@@ -44,7 +44,8 @@ def _look(paths: list[str], hub_ids: list[str], retriever_url: str | None = None
     missing = [p for p in paths if not os.path.exists(os.path.expanduser(p))]
     missing += [h for h in hub_ids if not os.path.isdir(os.path.join(hub_cache, "models--" + h.replace("/", "--")))]
     ip = ray.util.get_node_ip_address()
-    return ip, missing, _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None, _ops(ops or [], ops_env)
+    searched = _health(retriever_url.replace("{node_ip}", ip)) if retriever_url else None
+    return ip, missing, searched, _ops(ops or [], ops_env)
 
 
 def _ops(ops: list[str], env: dict[str, str] | None = None, timeout: float = 45.0) -> dict[str, dict]:
