@@ -279,8 +279,9 @@ def probe_request(cfg: TrainerConfig, workdir: Path | None, env: Mapping[str, st
     request = {"paths": every, "head_paths": head, "hub_ids": hub, "reward_urls": list(cfg.remote_rm_url)}
     if getattr(cfg, "retriever_url", None):  # the trainer's --retriever_url (multi-turn search rollouts)
         request["retriever_url"] = cfg.retriever_url
-    if job_ops(cfg):
-        request["ops"] = job_ops(cfg)
+    ops = job_ops(cfg)
+    if ops:
+        request["ops"] = ops
         ops_env = {k: v for k, v in (env or {}).items() if k in OPS_ENV}
         if ops_env:
             request["ops_env"] = ops_env

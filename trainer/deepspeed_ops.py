@@ -82,6 +82,13 @@ def _installed(name: str) -> bool:
     return bool(installed_ops.get(name, False)) and accelerator_name == get_accelerator()._name
 
 
+def _incompatible(builder: Any) -> str | None:
+    """Why ``builder`` cannot build its op on this node, or None when it can."""
+    if builder.is_compatible(verbose=False):
+        return None
+    return builder.error_log or "its builder says it is not compatible with this node"
+
+
 def _library(name: str) -> Path:
     """Where a JIT load of op ``name`` builds its library: torch's own answer (private, in torch 2.11 and 2.13
     alike: the pinned stack). It makes the (empty) build directory when there is none, as a load would."""
@@ -102,9 +109,7 @@ def look(name: str, builder: Any) -> dict[str, Any]:
         return {"op": name, "state": "cached", "path": str(library)}
     from torch.utils.cpp_extension import is_ninja_available
 
-    why = []
-    if not builder.is_compatible(verbose=False):
-        why.append(builder.error_log or "its builder says it is not compatible with this node")
+    why = [reason] if (reason := _incompatible(builder)) else []
     cxx = os.environ.get("CXX") or "c++"
     if shutil.which(cxx) is None:
         why.append(f"no C++ compiler {cxx!r} on PATH")
@@ -121,9 +126,9 @@ def build(name: str, builder: Any) -> dict[str, Any]:
         module = builder.load(verbose=False)
         return {"op": name, "state": "installed", "seconds": round(time.monotonic() - t0, 3),
                 "path": getattr(module, "__file__", None)}
-    if not builder.is_compatible(verbose=False):
-        raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: "
-                      f"{builder.error_log or 'its builder says it is not compatible with this node'}")
+    reason = _incompatible(builder)
+    if reason:
+        raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: {reason}")
     library = _library(name)
     before = library_state(library)
     try:

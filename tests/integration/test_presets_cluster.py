@@ -40,15 +40,21 @@ def test_gpu_preset_is_refused_with_the_gpu_arithmetic(cluster):
     assert _jobs(cluster) == before  # nothing submitted
 
 
+def _refused_offload_job(cluster, tmp_path, *args: str) -> str:
+    """`rlrun submit` of tiny-rloo with --adam_offload and a model that is on no node (so the checks refuse it
+    and nothing runs), plus ``args``: its stderr, whitespace folded."""
+    result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
+                   "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true", *args, timeout=300)
+    err = " ".join(result.stderr.split())
+    assert result.returncode == 1, err
+    return err
+
+
 def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path):
     """Also: with --adam_offload the probe asks the node whether cpu_adam is built (the session's cluster is
     fresh: no job has compiled it, and its nodes have a compiler and ninja, so the job would build it: a note),
     under the job's own --env values."""
-    result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true",
-                   "--set", f"remote_rm_url=http://{ADDRESS}:{PORT + 99}/get_reward", timeout=300)
-    err = " ".join(result.stderr.split())
-    assert result.returncode == 1, err
+    err = _refused_offload_job(cluster, tmp_path, "--set", f"remote_rm_url=http://{ADDRESS}:{PORT + 99}/get_reward")
     assert f"--pretrain /nonexistent/tiny-model does not exist on {ADDRESS}" in err, err
     assert f"reward service http://{ADDRESS}:{PORT + 99}/get_reward: unreachable" in err, err
     assert "--prompt_data" in err and "present on the head" in err, err
@@ -59,11 +65,7 @@ def test_probe_finds_a_missing_model_and_a_dead_reward_service(cluster, tmp_path
     ext = tmp_path / "ext"
     (ext / "cpu_adam").mkdir(parents=True)
     (ext / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
-    result = rlrun(cluster["inv"], "submit", "--working-dir", str(tmp_path), "--preset", "tiny-rloo",
-                   "--set", "pretrain=/nonexistent/tiny-model", "--set", "adam_offload=true",
-                   "--env", f"TORCH_EXTENSIONS_DIR={ext}", timeout=300)
-    err = " ".join(result.stderr.split())
-    assert result.returncode == 1, err
+    err = _refused_offload_job(cluster, tmp_path, "--env", f"TORCH_EXTENSIONS_DIR={ext}")
     assert f"DeepSpeed op cpu_adam (--adam_offload): built on {ADDRESS}" in err, err
     assert f"refused: the job cannot run on cluster {NAME} (1 problem)" in err, err
 

@@ -47,12 +47,12 @@ class Server:
     log: Path
     bodies: list[str] = field(default_factory=list)  # every response body, for the traceback check
 
-    def post(self, body: Any = None, *, raw: bytes | None = None, token: str | None = TOKEN, **kw: Any):
+    def post(self, body: Any = None, *, raw: bytes | None = None, token: str | None = TOKEN, timeout: float = 30,
+             **kw: Any):
         headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         data = raw if raw is not None else json.dumps(body).encode()
-        timeout = kw.pop("timeout", 30)
         resp = requests.post(f"{self.url}/get_reward", data=data, headers=headers, timeout=timeout, **kw)
         self.bodies.append(resp.text)
         return resp
