@@ -30,7 +30,8 @@
 #   step1_7b rlrun alone as in sbs7b_kl with --vllm_start_with_models --vllm_in_process, 2 steps: step 1 cold,
 #            the 7B made first (0-3)
 #   step1_modes step1_7b once per --vllm_compile mode (none, dynamo, inductor), 4 steps each, every cache cold (0-3)
-#   step1_prewarm step1_7b with --vllm_prewarm_kernels, then without, --vllm_compile none, 5 steps each, cold (0-3)
+#   step1_prewarm step1_7b with --vllm_prewarm_kernels and --vllm_preload_workers, with the prewarm alone, then
+#            with neither, --vllm_compile none, 5 steps each, cold (0-3)
 #   check1   (one GPU) the tiny model through the colocated loop: --old_logprobs rollout/train, profile, in-process
 #   step1_prewarm1 (one GPU) the colocated 0.5B job, engine started with the models, cold, with and without
 #            --vllm_prewarm_kernels (the driver's copy's head start at TP 1)
@@ -40,6 +41,8 @@
 #            whether the job compiled it again (its policy's optimizer mark)
 #   outputs1 (one GPU) bench/rollout_output.py on the 0.5B: generate with and without vLLM's per-step
 #            detokenization, 16 x 4 x 512 tokens (one engine of the 7B job), in and out of process
+#   preload1 (one GPU) bench/gpu/preload_bench.py: an engine's start through vLLM's Ray executor (TP 1) with and
+#            without its worker preloaded (--vllm_preload_workers), alternating, on warm caches
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -236,9 +239,24 @@ stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on
   # 7B-shaped engine whose kernels its prewarm had compiled first was ready in 32.9 s against 54.1 s cold, but a
   # prewarm beside a TP-1 engine gained nothing: the copy took as long to start as the engine (52.5 s). Here the
   # driver's copy starts before Ray (trainer.loop.head_prewarm), ~25 s before the engines' processes, whose TP
-  # workers take ~27 s more; the engines' own copies find the lock or the marker. Each cold; 5 steps each
+  # workers take ~27 s more; the engines' own copies find the lock or the marker. First (preload) with the TP
+  # workers' processes started, and importing vLLM, with the engines' own (--vllm_preload_workers: about half of
+  # those 27 s). Each cold; 5 steps each
+  step1_cold preload 5 330 "--vllm_compile none --vllm_prewarm_kernels --vllm_preload_workers"
+  echo "step1_prewarm: preload rc=$?"
   step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels"; echo "step1_prewarm: prewarm rc=$?"
   step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
+}
+
+stage_preload1() {  # one GPU, ~5 min: --vllm_preload_workers's mechanics and what it takes off a worker's start:
+  # bench/gpu/preload_bench.py, a 0.5B-shaped engine (dummy weights) through vLLM's Ray executor at TP 1, its worker
+  # preloaded or not, alternating after a first run that warms every cache
+  CUDA_VISIBLE_DEVICES=${STEP1_GPU:-0} python3 bench/gpu/preload_bench.py --shape 0.5b --out $work/preload1
+  local rc=$?
+  cp $work/preload1/summary.json "$res/preload1_summary.json" 2>/dev/null
+  for r in plain1 preload1 plain2 preload2; do grep -hE "TP worker|RayWorkerProc|Error" \
+    $work/preload1/$r/engine.log 2>/dev/null | tail -4 | sed "s|^|$r: |"; done
+  return $rc
 }
 
 stage_sbs7b_levers() {  # issue 38 item 2, the next levers, each on its own phase: as sbs7b's rlrun (micro-batches
@@ -545,7 +563,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=780 [step1_prewarm1]=600
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it

@@ -346,3 +346,134 @@ def test_the_drivers_kernel_prewarm_is_stopped_once_the_engines_are_ready(fake_g
         _cleanup(engines, ranks, pg)
         prewarm.finish()
         child.stderr.close()
+
+
+# --- --vllm_preload_workers: TP workers started with the engine (trainer.rollout.worker_preload) ---------------
+class RayWorkerProc:
+    """Stands for vLLM's worker class: its public methods are those the hosts forward; it notes the process it
+    was built in and whether that process had imported the host's module before (``tabnanny``: nothing of Ray
+    or of this test imports it)."""
+
+    READY_STR = "READY"
+
+    def __init__(self, rank: int):
+        import sys
+
+        self.rank, self.pid, self.preloaded = rank, os.getpid(), "tabnanny" in sys.modules
+
+    def get_node_and_physical_gpu_ids(self):
+        return ray.get_runtime_context().get_node_id(), ray.get_runtime_context().get_accelerator_ids()["GPU"]
+
+    def initialize_worker(self, local_rank, env_vars, driver_env_vars=None, assigned_physical_gpu_ids=None):
+        self.local_rank = local_rank
+
+    def wait_for_init(self):
+        return {"status": self.READY_STR, "rank": self.rank, "pid": self.pid, "preloaded": self.preloaded}
+
+
+class VllmPreloadProbe(VllmRayExecutorProbe):
+    """VllmEngine's start with --vllm_preload_workers, down to vLLM's RayExecutorV2 creating its workers: the
+    hosts started first (trainer.rollout.worker_preload.start), then the executor's actor creation (its step 5,
+    vLLM 0.26 and 0.32: the runtime environment built from the engine's own) inside ``adopting``, then its
+    calls on each worker. With ``extra_env`` the executor's workers get one more variable (a runtime environment
+    no host has)."""
+
+    extra_env = False
+
+    def __init__(self, model_path: str, *, tensor_parallel_size: int = 1, distributed_executor_backend=None,
+                 preload_workers: bool = False, **_kwargs):
+        import copy
+        from types import SimpleNamespace
+
+        from ray.util.placement_group import get_current_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from trainer.rollout import worker_preload
+
+        assert preload_workers and distributed_executor_backend == "ray"
+        self.kwargs = dict(_kwargs)
+        hosts = worker_preload.start(tensor_parallel_size, modules=("tabnanny",))
+        executor = SimpleNamespace(ray=ray, RayWorkerProc=RayWorkerProc)  # vllm.v1.executor.ray_executor_v2
+        with worker_preload.adopting(hosts, module=executor):
+            runtime_env = copy.deepcopy(dict(ray.get_runtime_context().runtime_env))
+            runtime_env.setdefault("env_vars", {}).update({"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"})
+            if self.extra_env:
+                runtime_env["env_vars"]["EXTRA"] = "1"
+            bundles = [int(b) for b in os.environ["VLLM_RAY_BUNDLE_INDICES"].split(",")]
+            self.workers = [
+                executor.ray.remote(executor.RayWorkerProc).options(
+                    name=f"worker-{rank}-{os.getpid()}", num_cpus=0,
+                    num_gpus=float(os.environ["VLLM_RAY_PER_WORKER_GPUS"]), runtime_env=runtime_env,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=get_current_placement_group(), placement_group_bundle_index=b)).remote(rank=rank)
+                for rank, b in enumerate(bundles)]
+            self.gpus = ray.get([w.get_node_and_physical_gpu_ids.remote() for w in self.workers], timeout=60)
+            ray.get([w.initialize_worker.remote(i, {}) for i, w in enumerate(self.workers)], timeout=60)
+            self.inits = ray.get([w.wait_for_init.remote() for w in self.workers], timeout=60)
+        self.hosts = {b: r["pid"] for b, r in hosts.reports.items()}
+        self.fallbacks = list(hosts.fallbacks)
+        self.marks = hosts.marks()
+
+    def preload_report(self) -> dict:
+        return {"inits": self.inits, "host_pids": self.hosts, "fallbacks": self.fallbacks, "marks": self.marks,
+                "gpus": sorted(g for _, ids in self.gpus for g in ids)}
+
+    def gpu_ids(self) -> list:
+        return sorted(g for _, ids in self.gpus for g in ids)
+
+
+class VllmPreloadMismatchProbe(VllmPreloadProbe):
+    extra_env = True
+
+
+def _preload_engine(monkeypatch, probe, extra_share: bool):
+    import trainer.rollout.vllm_engine as vllm_engine
+    from trainer.learn.group import bundle_nodes
+    from trainer.placement import plan
+    from trainer.rollout.engines import Engines
+
+    monkeypatch.setattr(vllm_engine, "VllmEngine", probe)
+    cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
+                 "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
+                 "rollout_batch_size=4", "micro_rollout_batch_size=2", "vllm_preload_workers=true")
+    p = plan(cfg, use_gpus=True)
+    pg, ranks = _policy_and_ref(cfg, p)
+    if extra_share:  # a quarter more of each bundle held: a host and vLLM's own worker cannot both fit on one
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        ranks += [Probe.options(num_cpus=0, num_gpus=0.25, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=pg, placement_group_bundle_index=b)).remote() for b in (0, 1)]
+        ray.get([r.gpu_ids.remote() for r in ranks[-2:]], timeout=60)
+    engines = None
+    try:
+        engines = Engines(cfg, p, pg, bundle_nodes(pg))
+        engines.wait_ready(60)
+        report = ray.get(engines.handles[0].preload_report.remote(), timeout=60)
+        policy_gpus = sorted(g for r in ranks[:2] for g in ray.get(r.gpu_ids.remote()))
+        return report, policy_gpus
+    finally:
+        _cleanup(engines, ranks, pg)
+
+
+def test_preloaded_hosts_become_the_tp_workers_vllm_asks_for(fake_gpu_cluster, monkeypatch):
+    """Each TP worker the executor creates is the host already on its bundle: built in the host's process
+    (which had imported its module first), with the plan's GPU share of that bundle."""
+    report, policy_gpus = _preload_engine(monkeypatch, VllmPreloadProbe, extra_share=False)
+    assert report["fallbacks"] == []
+    assert [i["rank"] for i in report["inits"]] == [0, 1]
+    assert [i["pid"] for i in report["inits"]] == [report["host_pids"][0], report["host_pids"][1]]
+    assert all(i["preloaded"] for i in report["inits"])
+    assert report["gpus"] == policy_gpus  # one worker on each of the policy's two GPUs
+    assert set(report["marks"]) == {"workers_imported"}
+
+
+def test_a_host_that_cannot_stand_for_the_worker_is_killed_before_vllms_own_starts(fake_gpu_cluster, monkeypatch):
+    """The executor's workers get a runtime environment the hosts do not have: each host is killed (its GPU
+    share freed: with a quarter more of each bundle held, vLLM's own worker could not be placed beside it) and
+    the executor's own worker is started in a fresh process, without the preloaded module."""
+    report, policy_gpus = _preload_engine(monkeypatch, VllmPreloadMismatchProbe, extra_share=True)
+    assert len(report["fallbacks"]) == 2
+    assert all("runtime environment for its workers differs" in f for f in report["fallbacks"])
+    assert not any(i["preloaded"] for i in report["inits"])
+    assert report["gpus"] == policy_gpus
+    assert report["marks"] == {}

@@ -250,6 +250,11 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
                                               "full_decode_only or none"]),
     "kernel prewarm without vLLM": (["--rollout_backend hf", "--vllm_prewarm_kernels"], (),
                                     ["--vllm_prewarm_kernels is only used with --rollout_backend vllm"]),
+    "worker preload without TP workers": (["--vllm_tensor_parallel_size 1", "--vllm_preload_workers"], (),
+                                          ["--vllm_preload_workers is only used with --vllm_tensor_parallel_size > 1 "
+                                           "(engines with TP workers); engines of TP 1 have no workers of their own"]),
+    "worker preload without vLLM": (["--rollout_backend hf", "--vllm_preload_workers"], (),
+                                    ["--vllm_preload_workers is only used with --rollout_backend vllm"]),
     "unknown compile mode": (["--vllm_compile fast"], (),
                              ["--vllm_compile 'fast': expected one of inductor, dynamo, none"]),
     "W&B name without W&B": (["--wandb_run_name x"], (), ["--wandb_run_name x is only used with --use_wandb"]),

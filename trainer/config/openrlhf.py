@@ -334,6 +334,7 @@ OWN_FLAGS: dict[str, str] = {
     "vllm_start_with_models": "colocated engines start while the models load (KV cache sized up front)",
     "prime_models": "each model's forward and backward once on dummy tokens while the engines start",
     "vllm_prewarm_kernels": "compile the GPU engines' Triton kernels beside their start, in a one-layer copy",
+    "vllm_preload_workers": "TP > 1 engines' worker processes start and import vLLM beside the engine's own start",
     "generate_timeout": "deadline of every engine call of a step; a dead or hung engine is replaced",
     "max_engine_restarts": "replacements of one engine before the job ends (slime's --use-fault-tolerance)",
     "reward_outage_timeout": "how long the job waits for an unreachable reward service",

@@ -430,7 +430,7 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
     (("remote_rm_timeout", "remote_rm_retries", "reward_outage_timeout"), "--remote_rm_url", lambda c: "the reward is a local function",
      lambda c: bool(c.remote_rm_url)),
     (("vllm_gpu_memory_utilization", "vllm_sync_backend", "sync_bucket_bytes", "vllm_in_process",
-      "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels"), "--rollout_backend vllm",
+      "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels", "vllm_preload_workers"), "--rollout_backend vllm",
      lambda c: "the HF engine generates", lambda c: c.rollout_backend == "vllm"),
     (("max_turns", "state_masking", "tool_format", "tool_max_calls", "tool_max_result_tokens",
       "tool_max_sample_tokens", "tool_rejoin_steps"),
@@ -455,6 +455,9 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      "with --rollout_backend vllm)", lambda c: "colocated engines measure the free memory as they start, and the "
      "priming's would be counted against their KV cache",
      lambda c: c.vllm_start_with_models or not (c.colocate_all_models and c.rollout_backend == "vllm")),
+    (("vllm_preload_workers",), "--vllm_tensor_parallel_size > 1 (engines with TP workers)",
+     lambda c: f"engines of TP {c.vllm_tensor_parallel_size} have no workers of their own",
+     lambda c: c.rollout_backend != "vllm" or c.vllm_tensor_parallel_size > 1),
     (("dynamic_filtering_reward_range", "dynamic_filtering_max_rounds"), "--dynamic_filtering",
      lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
     (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
@@ -477,6 +480,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "tools", "async_train", "dynamic_filtering", "is_correction",
              "colocate_all_models", "load_checkpoint", "eval_data", "profile_step", "vllm_start_with_models",
+             "vllm_tensor_parallel_size",
              *names}
 
     @_rule(*reads)

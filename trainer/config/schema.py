@@ -37,7 +37,8 @@ REDACTED = "<redacted>"
 #: without one (trainer.learn.model_worker.require_cuda), the engines theirs (VllmEngine's cudagraph_mode), and
 #: rlrun's pre-submit check on a cluster without GPUs. --vllm_prewarm_kernels alone runs on the CPU build too
 #: (its one-layer copy starts, compiling nothing of use there): rlrun's check is what refuses it.
-CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels")
+CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels",
+                   "vllm_preload_workers")
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
 DEFAULT_REJOIN_STEPS = 0
 #: vLLM's CompilationConfig.cudagraph_mode values as --vllm_cudagraph_mode spells them ("auto": vLLM's own).
@@ -161,6 +162,14 @@ class TrainerConfig:
         "node before anything else of the job, each engine one beside its start; one per node compiles, and a node "
         "whose cache holds the kernels runs nothing. Each copy holds ~2-4 GB of its GPU (its embedding and output "
         "layer, a small KV cache) until the engines are ready.",
+        group=V,
+    )  # fmt: skip
+    vllm_preload_workers: bool = flag(
+        False, "GPU engines of TP > 1: each engine's process starts its TP workers' Ray actors first thing, and "
+        "they import vLLM while it imports its own; vLLM's Ray executor then takes them as its workers instead "
+        "of starting new processes that import vLLM after the engine has built its configuration (about half "
+        "of a TP-2 engine's 25-28 s of worker start at 7B). Only an exact match is taken (bundle, GPU ask, runtime "
+        "environment, the worker's methods); anything else falls back to vLLM's own workers, with a log line.",
         group=V,
     )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------

@@ -60,6 +60,8 @@ def vllm_kwargs(cfg: Any, plan: Plan) -> dict[str, Any]:
         dtype="bfloat16" if cfg.bf16 else "float32")
     if ep.executor:
         kwargs["distributed_executor_backend"] = ep.executor
+    if cfg.vllm_preload_workers and ep.executor == "ray":  # TP workers started with the engine (worker_preload)
+        kwargs["preload_workers"] = True
     if cfg.vllm_in_process:
         kwargs["in_process"] = True  # the engine core in the actor's process (the CPU build: always)
     if cfg.vllm_start_with_models and ep.colocated and plan.use_gpus:

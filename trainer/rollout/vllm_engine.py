@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainer.config import CUDAGRAPH_MODES, VLLM_COMPILE_MODES, compile_conflict
-from trainer.rollout import kernel_prewarm, vllm_compat
+from trainer.rollout import kernel_prewarm, vllm_compat, worker_preload
 from trainer.rollout.engine import (
     RolloutEngine,
     Sample,
@@ -138,10 +138,17 @@ class VllmEngine(RolloutEngine):
         in_process: bool | None = None,
         sleep_level: int = 1,
         prewarm_sampling: dict[str, Any] | None = None,
+        preload_workers: bool = False,
         **llm_kwargs: Any,
     ) -> None:
         self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
         self.startup_marks.mark("init")
+        self._hosts: worker_preload.Hosts | None = None
+        if preload_workers and llm_kwargs.get("distributed_executor_backend") == "ray":
+            # first of all: the TP workers' processes import vLLM while this one does (worker_preload)
+            self._hosts = worker_preload.start(tensor_parallel_size)
+            if self._hosts is not None:
+                self.startup_marks.mark("workers", self._hosts.started)
         self._prewarm: kernel_prewarm.Prewarm | None = None
         if prewarm_sampling is not None:  # first: its process imports vLLM while this one does
             self._prewarm = kernel_prewarm.start(kernel_prewarm.engine_spec(
@@ -222,11 +229,21 @@ class VllmEngine(RolloutEngine):
             self.sleep_enabled = enable_sleep
             self.sleep_level = sleep_level
             self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
-            self._llm: Any = LLM(**kwargs)
+            with worker_preload.adopting(self._hosts):
+                self._llm: Any = LLM(**kwargs)
             self.tokenizer = self._llm.get_tokenizer()
             self.startup_marks.mark("ready")
         finally:
             self._end_prewarm()
+            self._end_preload()
+
+    def _end_preload(self) -> None:
+        """The TP worker hosts not adopted are killed (the engine is up, or failed); their marks go into the
+        start-up report."""
+        if self._hosts is not None:
+            self._hosts.release()
+            for name, at in self._hosts.marks().items():
+                self.startup_marks.mark(name, at)
 
     def _end_prewarm(self) -> None:
         """Stop the kernel prewarm (the engine is up, or failed); its marks go into the step-1 start-up report
