@@ -43,6 +43,7 @@
 #            detokenization, 16 x 4 x 512 tokens (one engine of the 7B job), in and out of process
 #   preload1 (one GPU) bench/gpu/preload_bench.py: an engine's start through vLLM's Ray executor (TP 1) with and
 #            without its worker preloaded (--vllm_preload_workers), alternating, on warm caches
+#   preload2 (2 GPUs) preload1 at TP 2 with the 7B shape
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -246,6 +247,16 @@ stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on
   echo "step1_prewarm: preload rc=$?"
   step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels"; echo "step1_prewarm: prewarm rc=$?"
   step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
+}
+
+stage_preload2() {  # two GPUs, ~8 min: as preload1 at TP 2 with the 7B shape (dummy weights), the engines of the
+  # 7B job's step 1 (vLLM's Ray executor, two workers, NCCL and the custom all-reduce between them)
+  CUDA_VISIBLE_DEVICES=${PRELOAD2_GPUS:-0,1} python3 bench/gpu/preload_bench.py --shape 7b --tp 2 --out $work/preload2
+  local rc=$?
+  cp $work/preload2/summary.json "$res/preload2_summary.json" 2>/dev/null
+  for r in plain1 preload1 plain2 preload2; do grep -hE "TP worker|RayWorkerProc|Error|init engine" \
+    $work/preload2/$r/engine.log 2>/dev/null | tail -5 | sed "s|^|$r: |"; done
+  return $rc
 }
 
 stage_preload1() {  # one GPU, ~5 min: --vllm_preload_workers's mechanics and what it takes off a worker's start:
@@ -563,7 +574,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it

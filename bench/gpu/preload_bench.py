@@ -1,21 +1,22 @@
 """One vLLM engine's start through the Ray executor, with and without its TP workers preloaded
-(``--vllm_preload_workers``, trainer/rollout/worker_preload.py), on one GPU.
+(``--vllm_preload_workers``, trainer/rollout/worker_preload.py), at TP 1 on one GPU or TP 2 on two.
 
 An engine of TP > 1 runs vLLM's Ray executor, whose workers' processes start, and import vLLM, only once the
 engine's own process has imported vLLM and built its configuration. With the flag, the engine's process starts
-them first, and they import vLLM while it does. One GPU has room for TP 1 only, but vLLM's Ray executor
-starts a worker for TP 1 too when it is asked for (``distributed_executor_backend="ray"``), so what a worker's
-start costs an engine, and what the preload takes off it, shows here.
+them first, and they import vLLM while it does. vLLM's Ray executor starts a worker for TP 1 too when it is
+asked for (``distributed_executor_backend="ray"``), so what a worker's start costs an engine, and what the
+preload takes off it, shows on one GPU; TP 2 adds NCCL and the custom all-reduce between the workers.
 
 Every run is a process of its own with a local Ray of its own: a placement group of one bundle
-({GPU: 1, CPU: 2}), the engine's actor on it without a GPU (as a colocated engine of TP > 1 is), its worker
-asking the whole GPU of the bundle. The engine then generates once and sleeps and wakes (calls that reach the
+({GPU: 1, CPU: 2}) per TP rank, the engine's actor on the first without a GPU (as a colocated engine of TP > 1
+is), each worker asking the whole GPU of its bundle. The engine then generates once and sleeps and wakes (calls that reach the
 worker through vLLM's message queues). A first run, not counted, fills vLLM's, Inductor's and Triton's caches
 and the page cache; after it, the runs alternate (``plain``, ``preload``, ...), so that both kinds run on the
 same warm caches. Prints each run's marks (seconds after the engine's process began) and the ratio of the
 medians of the engine's start (its process began to ready), preload against plain, measured in this run:
 
-  python bench/gpu/preload_bench.py --shape 0.5b --out /tmp/preload   # on one GPU
+  python bench/gpu/preload_bench.py --shape 0.5b --out /tmp/preload          # on one GPU
+  python bench/gpu/preload_bench.py --shape 7b --tp 2 --out /tmp/preload2   # on two
 """
 
 from __future__ import annotations
@@ -45,15 +46,15 @@ def engine_run(args: argparse.Namespace) -> int:
 
     began = time.time()
     os.environ["RAY_AUTH_MODE"] = "disabled"  # a private throwaway cluster
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1")
-    pg = placement_group([{"GPU": 1, "CPU": 2}], strategy="STRICT_PACK")
+    ray.init(num_cpus=2 * args.tp + 2, num_gpus=args.tp, include_dashboard=False, _node_ip_address="127.0.0.1")
+    pg = placement_group([{"GPU": 1, "CPU": 2}] * args.tp, strategy="STRICT_PACK")
     ray.get(pg.ready(), timeout=120)
     engine = ray.remote(VllmEngine).options(
-        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {"VLLM_RAY_BUNDLE_INDICES": "0",
-                                                          "VLLM_RAY_PER_WORKER_GPUS": "1"}},
+        num_cpus=1, num_gpus=0, runtime_env={"env_vars": {
+            "VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, range(args.tp))), "VLLM_RAY_PER_WORKER_GPUS": "1"}},
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0,
                                                              placement_group_capture_child_tasks=True),
-    ).remote(args.model, tensor_parallel_size=1, distributed_executor_backend="ray", preload_workers=args.preload,
+    ).remote(args.model, tensor_parallel_size=args.tp, distributed_executor_backend="ray", preload_workers=args.preload,
              load_format="dummy", dtype="bfloat16", seed=0, in_process=True, gpu_memory_utilization=0.3,
              enable_sleep=True, compile_mode="none", max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
              compilation_config={"max_cudagraph_capture_size": args.max_num_seqs})
@@ -82,7 +83,7 @@ def run_engine(out: Path, name: str, preload: bool, args: argparse.Namespace, mo
     result.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, __file__, "--engine-run", "--model", str(model), "--result", str(result),
            "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
-           "--timeout", str(args.timeout)]
+           "--timeout", str(args.timeout), "--tp", str(args.tp)]
     with open(out / name / "engine.log", "w") as log:
         rc = subprocess.run([*cmd, *(["--preload"] if preload else [])], env=env, stdout=log,
                             stderr=subprocess.STDOUT, timeout=args.timeout + 120).returncode
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=128)
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--pairs", type=int, default=2, help="plain/preload pairs after the first run")
+    p.add_argument("--tp", type=int, default=1, help="the engine's TP size: one GPU each")
     p.add_argument("--engine-run", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
