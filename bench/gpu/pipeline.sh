@@ -250,28 +250,34 @@ stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on
   step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
 }
 
-stage_check2() {  # two GPUs, ~4 min: the tiny model through the colocated loop with one vLLM engine of TP 2 whose
-  # workers are preloaded (--vllm_preload_workers), with the 7B step-1 job's start-up flags (--vllm_start_with_models
-  # --vllm_in_process --vllm_prewarm_kernels): the trainer's path to the adopted workers (weights pushed to them in
-  # place, sleep and wake), 3 steps; the start-up line must show the workers' marks
-  local m=$work/tiny
+stage_check2() {  # two GPUs, ~4 min a run: the tiny model through the colocated loop with one vLLM engine of TP 2,
+  # with the 7B step-1 job's start-up flags (--vllm_start_with_models --vllm_in_process --vllm_prewarm_kernels):
+  # (preload) its workers preloaded (--vllm_preload_workers): the trainer's path to the adopted workers (weights
+  # pushed to them in place, sleep and wake); (plain) without. 3 steps each; the start-up line shows the workers'
+  # marks, the log how long the engine's shutdown took
+  local m=$work/tiny rc=0 run
   [ -f $m/config.json ] || python3 -m trainer.tiny model $m >/dev/null || return 1
   python3 -m trainer.tiny dataset $work/tiny.jsonl --n 16 --kind copy >/dev/null || return 1
-  mkdir -p "$res/check2"
-  CUDA_VISIBLE_DEVICES=${PRELOAD2_GPUS:-0,1} timeout 400 python3 -m trainer.train_ppo_ray --pretrain $m \
-    --prompt_data $work/tiny.jsonl --input_key message --label_key answer --apply_chat_template \
-    --reward_fn tests.integration.loop_rewards:has_one --rollout_backend vllm --vllm_num_engines 1 \
-    --vllm_tensor_parallel_size 2 --colocate_all_models --vllm_enable_sleep --vllm_gpu_memory_utilization 0.3 \
-    --enforce_eager --actor_num_nodes 1 --actor_num_gpus_per_node 2 --ref_num_nodes 1 --ref_num_gpus_per_node 2 \
-    --advantage_estimator rloo --n_samples_per_prompt 4 --rollout_batch_size 4 --micro_rollout_batch_size 2 \
-    --micro_train_batch_size 2 --train_batch_size 16 --generate_max_len 16 --prompt_max_len 64 --max_samples 12 \
-    --num_episodes 1 --zero_stage 3 --bf16 --init_kl_coef 0.01 --old_logprobs train --use_kl_loss \
-    --vllm_in_process --vllm_start_with_models --vllm_prewarm_kernels --vllm_preload_workers \
-    --save_path $work/check2 >"$res/check2/job.log" 2>&1
-  local rc=$?
-  cp $work/check2/metrics.jsonl "$res/check2/" 2>/dev/null
-  grep -h "TP worker\|^start-up\|rollout engines ready" "$res/check2/job.log" | tail -6
-  tail -3 "$res/check2/job.log"
+  for run in ${CHECK2_RUNS:-preload plain}; do
+    local extra=()
+    [ $run = preload ] && extra=(--vllm_preload_workers)
+    mkdir -p "$res/check2_$run"
+    CUDA_VISIBLE_DEVICES=${PRELOAD2_GPUS:-0,1} timeout 400 python3 -m trainer.train_ppo_ray --pretrain $m \
+      --prompt_data $work/tiny.jsonl --input_key message --label_key answer --apply_chat_template \
+      --reward_fn tests.integration.loop_rewards:has_one --rollout_backend vllm --vllm_num_engines 1 \
+      --vllm_tensor_parallel_size 2 --colocate_all_models --vllm_enable_sleep --vllm_gpu_memory_utilization 0.3 \
+      --enforce_eager --actor_num_nodes 1 --actor_num_gpus_per_node 2 --ref_num_nodes 1 --ref_num_gpus_per_node 2 \
+      --advantage_estimator rloo --n_samples_per_prompt 4 --rollout_batch_size 4 --micro_rollout_batch_size 2 \
+      --micro_train_batch_size 2 --train_batch_size 16 --generate_max_len 16 --prompt_max_len 64 --max_samples 12 \
+      --num_episodes 1 --zero_stage 3 --bf16 --init_kl_coef 0.01 --old_logprobs train --use_kl_loss \
+      --vllm_in_process --vllm_start_with_models --vllm_prewarm_kernels "${extra[@]}" \
+      --save_path $work/check2_$run 2>&1 | while IFS= read -r line; do echo "$(date +%T) $line"; done \
+      >"$res/check2_$run/job.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    cp $work/check2_$run/metrics.jsonl "$res/check2_$run/" 2>/dev/null
+    grep -h "TP worker\|start-up\|engine shutdown\|saved " "$res/check2_$run/job.log" | tail -6 | cut -c1-600
+    tail -2 "$res/check2_$run/job.log" | cut -c1-300
+  done
   return $rc
 }
 
@@ -600,7 +606,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=460
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=860
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
