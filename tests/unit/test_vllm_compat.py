@@ -107,3 +107,26 @@ def test_each_engine_gets_its_own_ray_store_port_where_vllm_searches_from_a_fixe
     assert pin_ray_store_port(Searches, given) is None and given == {"VLLM_DP_MASTER_PORT": "29000"}
     none: dict = {}
     assert pin_ray_store_port(Chooses, none) is None and none == {}
+
+
+def test_close_zmq_sockets_lets_the_context_end_despite_messages_for_a_peer_that_is_gone():
+    """What held every TP-2 engine's shutdown for 60 s: a socket with a message queued for a worker that is no
+    longer there keeps Context.term() waiting for ever (LINGER -1, pyzmq's default); closed with LINGER 0 it
+    ends at once."""
+    import threading
+
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    gone = ctx.socket(zmq.PUSH)
+    gone.connect("tcp://127.0.0.1:1")  # nobody listens there: the message stays queued
+    gone.send(b"for a killed worker", flags=zmq.NOBLOCK)
+    done = ctx.socket(zmq.PUSH)
+    done.close()
+    term = threading.Thread(target=ctx.term, daemon=True)
+    term.start()
+    term.join(1.0)
+    assert term.is_alive()  # blocked, as the engine's garbage collection was
+    assert vllm_compat.close_zmq_sockets() >= 1
+    term.join(5.0)
+    assert not term.is_alive() and gone.closed
+    assert vllm_compat.close_zmq_sockets() == 0  # nothing left open

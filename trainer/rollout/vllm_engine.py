@@ -226,6 +226,7 @@ class VllmEngine(RolloutEngine):
             if kwargs.get("distributed_executor_backend") == "ray":
                 vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
             self.model_path = str(model_path)
+            self._ray_executor = kwargs.get("distributed_executor_backend") == "ray"
             self.sleep_enabled = enable_sleep
             self.sleep_level = sleep_level
             self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
@@ -502,6 +503,8 @@ class VllmEngine(RolloutEngine):
             vllm_compat.shutdown(llm)
         except Exception as e:  # noqa: BLE001 - best effort; the process may be going away anyway
             log.warning("vLLM engine core shutdown failed: %s", e)
+        if getattr(self, "_ray_executor", False):  # its queues' sockets would keep the collection below waiting
+            vllm_compat.close_zmq_sockets()  # (an engine actor's process: no other engine's sockets in it)
         del llm
         gc.collect()
 
