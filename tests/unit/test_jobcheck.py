@@ -142,6 +142,15 @@ def test_a_gpu_kernel_flag_on_a_cpu_cluster_is_refused_before_submit(flag):
     assert check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=True).ok
 
 
+def test_preloaded_tp_workers_on_a_cpu_cluster_are_refused_before_submit():
+    """--vllm_preload_workers acts on vLLM's Ray executor, which only GPU engines of TP > 1 run: on a cluster
+    without GPUs it would be accepted and do nothing."""
+    cfg, gpus = job("tiny-rloo", "vllm_tensor_parallel_size=2", "vllm_preload_workers=true")
+    report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
+    assert "--vllm_preload_workers needs CUDA GPUs and the cluster has none" in "\n".join(report.problems)
+    assert not any("preload" in p for p in check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=True).problems)
+
+
 def test_a_cuda_graph_mode_on_a_cpu_cluster_is_refused_before_submit():
     cfg, gpus = job("tiny-rloo", "vllm_cudagraph_mode=piecewise", "enforce_eager=false")
     report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
