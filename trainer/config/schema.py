@@ -167,9 +167,10 @@ class TrainerConfig:
     vllm_preload_workers: bool = flag(
         False, "GPU engines of TP > 1: each engine's process starts its TP workers' Ray actors first thing, and "
         "they import vLLM while it imports its own; vLLM's Ray executor then takes them as its workers instead "
-        "of starting new processes that import vLLM after the engine has built its configuration (about half "
-        "of a TP-2 engine's 25-28 s of worker start at 7B). Only an exact match is taken (bundle, GPU ask, runtime "
-        "environment, the worker's methods); anything else falls back to vLLM's own workers, with a log line.",
+        "of starting new processes that import vLLM after the engine has built its configuration (a 7B-shaped "
+        "engine of TP 2 on H200s: ready in 33 s against 55 s). Only an exact match is taken (bundle, GPU ask, "
+        "runtime environment, the worker's methods); anything else falls back to vLLM's own workers, with a "
+        "warning.",
         group=V,
     )  # fmt: skip
     # --- models and reward -------------------------------------------------------------------------------

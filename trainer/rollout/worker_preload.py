@@ -4,7 +4,8 @@ An engine of TP > 1 on GPUs runs vLLM's Ray executor (``RayExecutorV2``, vLLM 0.
 engine's own process has imported vLLM and built its configuration, the executor creates one Ray actor per TP
 rank (``ray.remote(RayWorkerProc).options(...).remote(...)``), and each of those new processes imports vLLM
 again before its device and NCCL come up. At 7B on H200s that is the "TP workers up" 25-28 s of an engine's
-start (docs/benchmarks.md, thirteenth loan), and vLLM's worker import is about half of it.
+start (docs/benchmarks.md, thirteenth loan). With the workers preloaded a 7B-shaped engine of TP 2 on two
+H200s was ready in 33.3 s against 54.7 s (median of two each, eighteenth loan).
 
 Here the engine's process starts one **host** actor per TP rank before it imports anything of vLLM itself,
 on the bundle, with the GPU ask and with the runtime environment that vLLM's worker will get
