@@ -242,15 +242,22 @@ stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on
   # prewarm beside a TP-1 engine gained nothing: the copy took as long to start as the engine (52.5 s). Here the
   # driver's copy starts before Ray (trainer.loop.head_prewarm), ~25 s before the engines' processes, whose TP
   # workers take ~27 s more; the engines' own copies find the lock or the marker. First (preload) with the TP
-  # workers' processes started, and importing vLLM, with the engines' own (--vllm_preload_workers: about half of
-  # those 27 s). Each cold; 5 steps each
-  step1_cold preload 5 330 "--vllm_compile none --vllm_prewarm_kernels --vllm_preload_workers"
-  echo "step1_prewarm: preload rc=$?"
-  step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels"; echo "step1_prewarm: prewarm rc=$?"
-  step1_cold plain 5 330 "--vllm_compile none"; echo "step1_prewarm: plain rc=$?"
+  # workers' processes started, and importing vLLM, with the engines' own as well (--vllm_preload_workers: a
+  # 7B-shaped engine of TP 2 ready in 33 s against 55 s on two H200s, 2026-11-29). Each cold; 5 steps each.
+  # STEP1_PREWARM_RUNS picks some (default all three, ~1,000 s; "preload plain" ~680 s)
+  local run
+  for run in ${STEP1_PREWARM_RUNS:-preload prewarm plain}; do
+    case $run in
+      preload) step1_cold preload 5 330 "--vllm_compile none --vllm_prewarm_kernels --vllm_preload_workers" ;;
+      prewarm) step1_cold prewarm 5 330 "--vllm_compile none --vllm_prewarm_kernels" ;;
+      plain) step1_cold plain 5 330 "--vllm_compile none" ;;
+      *) echo "step1_prewarm: no run $run (preload, prewarm, plain)"; continue ;;
+    esac
+    echo "step1_prewarm: $run rc=$?"
+  done
 }
 
-stage_check2() {  # two GPUs, ~4 min a run: the tiny model through the colocated loop with one vLLM engine of TP 2,
+stage_check2() {  # two GPUs, ~2 min a run: the tiny model through the colocated loop with one vLLM engine of TP 2,
   # with the 7B step-1 job's start-up flags (--vllm_start_with_models --vllm_in_process --vllm_prewarm_kernels):
   # (preload) its workers preloaded (--vllm_preload_workers): the trainer's path to the adopted workers (weights
   # pushed to them in place, sleep and wake); (plain) without. 3 steps each; the start-up line shows the workers'
