@@ -35,8 +35,9 @@ WANDB_FROM_ENV = "env"
 REDACTED = "<redacted>"
 #: Flags that need CUDA GPUs on the nodes when set away from their defaults: the ranks refuse them at start-up
 #: without one (trainer.learn.model_worker.require_cuda), the engines theirs (VllmEngine's cudagraph_mode), and
-#: rlrun's pre-submit check on a cluster without GPUs. --vllm_prewarm_kernels alone runs on the CPU build too
-#: (its one-layer copy starts, compiling nothing of use there): rlrun's check is what refuses it.
+#: rlrun's pre-submit check on a cluster without GPUs. --vllm_prewarm_kernels runs on the CPU build too (its
+#: one-layer copy starts, compiling nothing of use there) and --vllm_preload_workers does nothing there (CPU
+#: engines of TP > 1 run vLLM's multiprocessing executor, not its Ray one): rlrun's check is what refuses them.
 CUDA_ONLY_FLAGS = ("flash_attn", "use_liger_kernel", "vllm_cudagraph_mode", "vllm_compile", "vllm_prewarm_kernels",
                    "vllm_preload_workers")
 #: --tool_rejoin_steps's default (trainer.rollout.multiturn.run_tool_rollout_streaming)
