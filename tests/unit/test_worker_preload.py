@@ -2,7 +2,7 @@
 may stand for the worker vLLM's Ray executor asks for, and the executor's side of that contract as the
 installed vLLM has it. The hosts themselves, started and adopted in a Ray cluster, are tested in
 tests/integration/test_colocated_placement.py; vLLM's real executor runs with them only on GPUs
-(bench/gpu/pipeline.sh, stage preload1)."""
+(bench/gpu/pipeline.sh, stages preload1, preload2 and check2; docs/benchmarks.md, eighteenth loan)."""
 
 from __future__ import annotations
 
