@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,20 +75,15 @@ def engine_run(args: argparse.Namespace) -> int:
 
 
 def run_engine(out: Path, name: str, preload: bool, args: argparse.Namespace, model: Path) -> dict:
-    env = {**os.environ, "VLLM_CACHE_ROOT": str(out / "cache" / "vllm"),
-           "TORCHINDUCTOR_CACHE_DIR": str(out / "cache" / "inductor"), "TRITON_CACHE_DIR": str(out / "cache" / "triton"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = out / name / "result.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--engine-run", "--model", str(model), "--result", str(result),
-           "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
-           "--timeout", str(args.timeout), "--tp", str(args.tp)]
-    with open(out / name / "engine.log", "w") as log:
-        rc = subprocess.run([*cmd, *(["--preload"] if preload else [])], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, timeout=args.timeout + 120).returncode
-    if rc != 0 or not result.exists():
-        raise SystemExit(f"preload_bench: the {name} run failed (exit {rc}); see {out / name / 'engine.log'}")
-    return json.loads(result.read_text())
+    """One engine's run (:func:`engine_run`) on the caches every run shares (warm after the first)."""
+    from prewarm_bench import run_child
+
+    caches = {"VLLM_CACHE_ROOT": out / "cache" / "vllm", "TORCHINDUCTOR_CACHE_DIR": out / "cache" / "inductor",
+              "TRITON_CACHE_DIR": out / "cache" / "triton"}
+    argv = ["--model", str(model), "--max-model-len", str(args.max_model_len), "--max-num-seqs",
+            str(args.max_num_seqs), "--timeout", str(args.timeout), "--tp", str(args.tp),
+            *(["--preload"] if preload else [])]
+    return run_child(__file__, out / name, caches, argv, args.timeout + 120)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,20 +74,29 @@ def engine_run(args: argparse.Namespace) -> int:
     os._exit(0)  # no orderly vLLM shutdown needed: the GPU's memory goes with the process
 
 
-def run_engine(model: Path, out: Path, name: str, cache: Path, prewarm: bool, args: argparse.Namespace) -> dict:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "VLLM_CACHE_ROOT": str(out / name / "vllm"),
-           "TORCHINDUCTOR_CACHE_DIR": str(out / name / "inductor"), "PYTHONPATH": os.pathsep.join(
-               [str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = out / name / "result.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--engine-run", "--model", str(model), "--result", str(result),
-           "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs)]
-    with open(out / name / "engine.log", "w") as log:
-        rc = subprocess.run([*cmd, *(["--prewarm"] if prewarm else [])], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=args.timeout).returncode
+def run_child(script: str, run_dir: Path, caches: dict[str, Path], argv: list[str], timeout: float) -> dict:
+    """``script --engine-run --result run_dir/result.json ARGV`` in a process of its own, with ``caches`` (vLLM's,
+    Inductor's and Triton's cache variables) and this checkout on its path; its log in ``run_dir/engine.log``,
+    its result read back (a failed run ends the bench, naming the log)."""
+    env = {**os.environ, **{k: str(v) for k, v in caches.items()},
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = run_dir / "result.json"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "engine.log", "w") as log:
+        rc = subprocess.run([sys.executable, script, "--engine-run", "--result", str(result), *argv], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
     if rc != 0 or not result.exists():
-        raise SystemExit(f"prewarm_bench: the {name} engine failed (exit {rc}); see {out / name / 'engine.log'}")
+        raise SystemExit(f"{Path(script).stem}: the {run_dir.name} run failed (exit {rc}); see {run_dir / 'engine.log'}")
     return json.loads(result.read_text())
+
+
+def run_engine(model: Path, out: Path, name: str, cache: Path, prewarm: bool, args: argparse.Namespace) -> dict:
+    """One engine's run (:func:`engine_run`) on the Triton cache ``cache``, with vLLM's and Inductor's its own."""
+    caches = {"TRITON_CACHE_DIR": cache, "VLLM_CACHE_ROOT": out / name / "vllm",
+              "TORCHINDUCTOR_CACHE_DIR": out / name / "inductor"}
+    argv = ["--model", str(model), "--max-model-len", str(args.max_model_len), "--max-num-seqs",
+            str(args.max_num_seqs), *(["--prewarm"] if prewarm else [])]
+    return run_child(__file__, out / name, caches, argv, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

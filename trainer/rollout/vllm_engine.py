@@ -143,8 +143,9 @@ class VllmEngine(RolloutEngine):
     ) -> None:
         self.startup_marks = Marks()  # its process's start, then these (trainer.startup)
         self.startup_marks.mark("init")
+        self._ray_executor = llm_kwargs.get("distributed_executor_backend") == "ray"  # vLLM's TP workers as actors
         self._hosts: worker_preload.Hosts | None = None
-        if preload_workers and llm_kwargs.get("distributed_executor_backend") == "ray":
+        if preload_workers and self._ray_executor:
             # first of all: the TP workers' processes import vLLM while this one does (worker_preload)
             self._hosts = worker_preload.start(tensor_parallel_size)
             if self._hosts is not None:
@@ -223,10 +224,9 @@ class VllmEngine(RolloutEngine):
                                                 "cudagraph_mode": cudagraph_mode.upper()}
             if compiled:
                 kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), **compiled}
-            if kwargs.get("distributed_executor_backend") == "ray":
+            if self._ray_executor:
                 vllm_compat.pin_ray_store_port()  # two engines of one host must not pick one store port (0.26)
             self.model_path = str(model_path)
-            self._ray_executor = kwargs.get("distributed_executor_backend") == "ray"
             self.sleep_enabled = enable_sleep
             self.sleep_level = sleep_level
             self.asleep_tags: set[str] = set()  # what sleep() released and wake_up() has not restored
@@ -503,7 +503,7 @@ class VllmEngine(RolloutEngine):
             vllm_compat.shutdown(llm)
         except Exception as e:  # noqa: BLE001 - best effort; the process may be going away anyway
             log.warning("vLLM engine core shutdown failed: %s", e)
-        if getattr(self, "_ray_executor", False):  # its queues' sockets would keep the collection below waiting
+        if self._ray_executor:  # its queues' sockets would keep the collection below waiting
             vllm_compat.close_zmq_sockets()  # (an engine actor's process: no other engine's sockets in it)
         del llm
         gc.collect()

@@ -132,22 +132,27 @@ class Hosts:
         self.gpus = gpus
         self.runtime_env = runtime_env
         self.handles = handles  # bundle -> host not yet adopted or released
-        self.adopted: dict[int, Any] = {}
+        self.adopted: set[int] = set()  # the bundles whose host became the worker
         self.started = started
         self.reports: dict[int, dict[str, Any]] = {}
         self.fallbacks: list[str] = []  # why a host was not adopted, one line each
 
     def release(self, why: str = "") -> None:
         """Kill every host not adopted (their GPU asks freed); ``why``, if given, is logged."""
+        for bundle in sorted(self.handles):
+            self._drop(bundle, why)
+
+    def _drop(self, bundle: int, why: str) -> None:
+        """Kill the host on ``bundle`` (not adopted: its GPU ask freed, vLLM's own worker may take it); ``why``,
+        if given, is logged and kept in :attr:`fallbacks`."""
         import ray
 
-        for bundle, handle in sorted(self.handles.items()):
-            if why:
-                self.fallbacks.append(f"bundle {bundle}: {why}")
-                log.warning("TP worker host on bundle %d not used: %s", bundle, why)
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
-        self.handles = {}
+        handle = self.handles.pop(bundle)
+        if why:
+            self.fallbacks.append(f"bundle {bundle}: {why}")
+            log.warning("TP worker host on bundle %d not used (vLLM starts its own worker): %s", bundle, why)
+        with contextlib.suppress(Exception):
+            ray.kill(handle, no_restart=True)
 
     def _mismatch(self, worker_cls: type, options: Mapping[str, Any], args: tuple) -> tuple[int | None, str]:
         """(the bundle the executor asks for, or None, and why its host cannot stand for the worker, or "")."""
@@ -190,12 +195,8 @@ class Hosts:
                 if report["errors"]:
                     why = "the host could not import " + "; ".join(f"{m} ({e})" for m, e in report["errors"].items())
         if why:
-            if bundle is not None and bundle in self.handles:
-                handle = self.handles.pop(bundle)
-                self.fallbacks.append(f"bundle {bundle}: {why}")
-                log.warning("TP worker host on bundle %d not used, vLLM starts its own worker: %s", bundle, why)
-                with contextlib.suppress(Exception):
-                    ray.kill(handle, no_restart=True)
+            if bundle in self.handles:
+                self._drop(bundle, why)
             else:
                 self.fallbacks.append(why)
                 log.warning("no TP worker host used: %s", why)
@@ -205,7 +206,7 @@ class Hosts:
         report = self.reports[bundle]
         log.info("TP worker on bundle %d: the preloaded host (pid %d, its imports took %.1f s, done %.1f s ago)",
                  bundle, report["pid"], report["imported"] - report["began"], time.time() - report["imported"])
-        self.adopted[bundle] = handle
+        self.adopted.add(bundle)
         return handle
 
     def marks(self) -> dict[str, float]:
