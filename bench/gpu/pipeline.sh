@@ -45,6 +45,8 @@
 #            without its worker preloaded (--vllm_preload_workers), alternating, on warm caches
 #   preload2 (2 GPUs) preload1 at TP 2 with the 7B shape
 #   check2   (2 GPUs) the tiny model through the colocated loop, one engine of TP 2 with its workers preloaded
+#   step1_x2 (2 GPUs) step1_prewarm's 7B job on two GPUs, one engine of TP 2, 60 % of the optimizer on the host:
+#            both start-up levers, then neither, cold, 3 steps each
 #   prewarm  (one GPU) bench/gpu/prewarm_bench.py: a cold 7B-shaped engine's start with and without the kernel
 #            prewarm (--vllm_prewarm_kernels) beside it or before it, and on a warm Triton cache
 #   async7b  issue 38 item 4: 7B one step off with truncated IS, 8 steps, split placement (0-3)
@@ -196,8 +198,9 @@ stage_step1_7b() {  # issue 38 item 2, step 1 alone (<= 60 s cold): the 7B and i
   python3 -m trainer.tiny dataset $work/data.jsonl --n 512 --kind copy --max-digits 4 >/dev/null || return 1
   python3 bench/gpu/side_by_side.py --model $work/m7b --data $work/data.jsonl \
     --out "${STEP1_OUT:-$res}/step1_7b${STEP1_NAME:+_$STEP1_NAME}" \
-    --systems rlrun --gpus 4 --engines 2 --tp 2 --grad-ckpt --liger --kl-loss --prompts 32 --n 4 --new-tokens 512 \
-    --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 32 --gpu-util 0.15 --params "$(params $work/m7b)" \
+    --systems rlrun --gpus "${STEP1_GPUS:-4}" --engines "${STEP1_ENGINES:-2}" --tp 2 --grad-ckpt --liger --kl-loss \
+    --prompts 32 --n 4 --new-tokens 512 --steps "${STEP1_STEPS:-2}" --micro-train 16 --micro-rollout 32 \
+    --gpu-util 0.15 --params "$(params $work/m7b)" \
     --deadline "${STEP1_DEADLINE:-260}" --system-deadline "${STEP1_DEADLINE:-260}" \
     --rlrun-extra="${STEP1_INPROC---vllm_in_process} --vllm_start_with_models --ref_zero_stage 0 --sync_bucket_bytes 1073741824 --old_logprobs train ${STEP1_MORE:-}"
 }
@@ -254,6 +257,26 @@ stage_step1_prewarm() {  # issue 38 item 2, step 1 (<= 60 s cold; 60.7-64.7 s on
       *) echo "step1_prewarm: no run $run (preload, prewarm, plain)"; continue ;;
     esac
     echo "step1_prewarm: $run rc=$?"
+  done
+}
+
+stage_step1_x2() {  # two GPUs, ~11 min: step1_prewarm's job where only two GPUs are lent (issue 38 item 2's
+  # target is the 4-GPU job's; this is not it): the 7B job of step1_7b on two training ranks and ONE engine of TP 2,
+  # 60 % of the optimizer's fp32 state on the host (--adam_offload_ratio 0.6, as one7b: all of it on two GPUs
+  # would not fit beside the engine and the whole reference), DeepSpeed's cpu_adam built first (as the role
+  # does), each run cold, 3 steps: (preload) with both start-up levers, the first time through the trainer at
+  # 7B with real weights; (plain) with neither. STEP1X2_RUNS picks some
+  python3 -m trainer.deepspeed_ops cpu_adam 2>"$res/step1_x2_ops.err" | sed 's/^/step1_x2: cpu_adam /'
+  local run flags
+  for run in ${STEP1X2_RUNS:-preload plain}; do
+    case $run in
+      preload) flags="--vllm_compile none --vllm_prewarm_kernels --vllm_preload_workers" ;;
+      plain) flags="--vllm_compile none" ;;
+      *) echo "step1_x2: no run $run (preload, plain)"; continue ;;
+    esac
+    STEP1_GPUS=2 STEP1_ENGINES=1 step1_cold "x2_$run" 3 330 "$flags --adam_offload --adam_offload_ratio 0.6"
+    echo "step1_x2: $run rc=$?"
+    grep -h "start-up\|TP worker\|preload\|engine shutdown" "$res/step1_7b_x2_$run/rlrun.log" 2>/dev/null | cut -c1-900
   done
 }
 
@@ -613,7 +636,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=860
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=860 [step1_x2]=1000
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it
