@@ -102,6 +102,19 @@ def test_the_miniature_cross_node_engine_is_accepted():
     assert any(n.startswith("each vLLM engine of TP 4 spans nodes") for n in report.notes)
 
 
+def test_the_two_gpu_miniature_engine_spans_its_nodes_with_its_workers_preloaded():
+    # bench/gpu/miniature/inventory-x2 (two nodes of ONE GPU: stage xnode2), one engine of TP 2 over both with
+    # --vllm_preload_workers: a GPU cluster takes the flag; its note says the TP group crosses the nodes
+    cfg, gpus = job("32b-rloo", "actor_num_gpus_per_node=1", "ref_num_gpus_per_node=1", "vllm_num_engines=1",
+                    "vllm_tensor_parallel_size=2", "vllm_preload_workers=true", "rollout_batch_size=16",
+                    "micro_train_batch_size=8")
+    assert cfg.vllm_preload_workers
+    report = check(cfg, healthy((NodeView("127.0.0.7", 16, 1, True), NodeView("127.0.0.8", 16, 1))),
+                   expects_gpus=gpus)
+    assert report.ok, report.problems
+    assert any(n.startswith("each vLLM engine of TP 2 spans nodes") for n in report.notes), report.notes
+
+
 def test_a_tp_size_that_cannot_be_placed_is_refused_before_submit_in_one_line():
     # the actor's 6 ranks land 3 + 3 on two nodes of 3 GPUs: TP 2 groups would straddle a node, TP 6 would not
     cfg, gpus = job("32b-rloo", "actor_num_gpus_per_node=3", "ref_num_gpus_per_node=3", "vllm_num_engines=3",

@@ -11,6 +11,8 @@
 #                                                         # installed by bench/gpu/carry.py: no PKG needed)
 #   ROLLOUT=vllm VLLM_TP=2 ... x4 OUT                     # 2 engines of TP 2 on the 2 x 2 GPUs
 #   ROLLOUT=vllm VLLM_TP=4 ... x4 OUT                     # 1 engine of TP 4 across both nodes (seed 003)
+#   ROLLOUT=vllm VLLM_TP=2 ... x2 OUT                     # nvidia-h200-x2: 2 nodes x 1 GPU, 1 engine of TP 2
+#                                                         # across both
 #   PRESET=32b-rloo-1node MODEL=DIR SETS="k=v ..." bash bench/gpu/miniature/run.sh x4one OUT
 #                                                         # one node of 4 GPUs, the preset as it is but for
 #                                                         # the model, the data and SETS (issue 36)
@@ -33,8 +35,8 @@
 # steps.txt (each step's timings), nccl.txt (NCCL transport lines, x4), summary.txt (stage seconds).
 # Nothing is stopped by name: teardown.yml ends this cluster's own processes, by pidfile.
 set -uo pipefail
-kind=${1:?usage: run.sh cpu|x4|x1 OUT}
-out=$(realpath -m "${2:?usage: run.sh cpu|x4|x1 OUT}")
+kind=${1:?usage: run.sh cpu|x4|x2|x1|x4one OUT}
+out=$(realpath -m "${2:?usage: run.sh cpu|x4|x2|x1|x4one OUT}")
 submit_timeout=${SUBMIT_TIMEOUT:-330}
 cd "$(dirname "$0")/../../.." || exit 1
 root=$PWD
@@ -74,7 +76,7 @@ case $kind in
           --set micro_train_batch_size=8 --set max_samples=8 --set generate_max_len=16 --set prompt_max_len=64)
     check=(--no-check)
     ;;
-  x4|x1|x4one)
+  x4|x2|x1|x4one)
     inv=$here/inventory-$kind
     cluster=mini8$kind
     if [ -f /tmp/site/.installed ]; then
@@ -113,6 +115,7 @@ case $kind in
     per_node=2
     sets=(--set rollout_batch_size=16 --set micro_train_batch_size=8 --set max_samples=48
           --set generate_max_len=256 --set prompt_max_len=128)
+    [ "$kind" = x2 ] && per_node=1  # two nodes of one GPU: actor 2 x 1 / reference 2 x 1
     if [ "$kind" = x1 ]; then
       per_node=1
       sets+=(--set actor_num_nodes=1 --set ref_num_nodes=1 --set packing_samples=true --set max_samples=32)
@@ -123,7 +126,7 @@ case $kind in
     fi
     check=()
     ;;
-  *) echo "unknown kind $kind: expected cpu, x4, x1 or x4one" >&2; exit 2 ;;
+  *) echo "unknown kind $kind: expected cpu, x4, x2, x1 or x4one" >&2; exit 2 ;;
 esac
 
 # What the machine has (the x4 image lacks iproute2; start-stop-daemon comes with dpkg).
