@@ -123,10 +123,13 @@ stage_xnode() {  # one engine of TP 4 over the two loopback nodes; the policy's 
 
 stage_xnode2() {  # two GPUs: xnode's job on nvidia-h200-x2, two loopback nodes of ONE GPU each (inventory-x2),
   # one engine of TP 2 across them with its TP workers preloaded (--vllm_preload_workers: their host actors on
-  # the engine's bundles, one on each node), the warm-up first as in xnode, so that the engine's log-probs at
+  # the engine's bundles, one on each node; with the engine's core in its actor, without which nothing adopts
+  # them: the first landing, 2026-11-29, ran the preset's spawned core), the warm-up first as in xnode, so that the engine's log-probs at
   # step 1 match the policy's only if the push reached both of its workers
-  ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=480 \
-    SETS="vllm_preload_workers=true sft_warmup_steps=40 sft_learning_rate=3e-4 sft_output_key=answer" \
+  # (XNODE2_WARMUP: fewer warm-up steps, XNODE2_MORE: more settings, for a loan's last minutes)
+  ROLLOUT=vllm VLLM_TP=2 SUBMIT_TIMEOUT=${XNODE2_TIMEOUT:-660} \
+    SETS="vllm_preload_workers=true vllm_in_process=true sft_warmup_steps=${XNODE2_WARMUP:-40} sft_learning_rate=3e-4 \
+          sft_output_key=answer ${XNODE2_MORE:-}" \
     bash bench/gpu/miniature/run.sh x2 "$res/xnode2"
   local rc=$?
   grep -h "start-up\|VllmWorkerHost\|preload" "$res/xnode2/job.log" 2>/dev/null | grep -v "^\s*$" | tail -8 | cut -c1-700
@@ -650,7 +653,7 @@ case ${1:-} in
       tar -C $work/tree -xf - || { echo "pipeline: cannot copy the tree to $work/tree" >&2; exit 1; }
     root=$work/tree
     declare -A limits=([inputs]=420 [mini]=420 [sbs7b]=1230 [sbs05]=870 [split7b]=320 [async05]=560
-                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=860 [step1_x2]=1000 [xnode2]=560
+                       [step1]=560 [multiturn]=480 [sbs7b_m16]=420 [sbs7b_levers]=440 [sbs7b_inproc]=380 [sbs7b_liger]=1230 [sbs7b_kl]=1600 [async7b]=420 [check1]=700 [step1_7b]=560 [step1_modes]=1100 [step1_prime]=720 [step1_split]=780 [step1_prewarm]=1150 [step1_prewarm1]=600 [preload1]=600 [preload2]=660 [check2]=860 [step1_x2]=1000 [xnode2]=800
                        [selftest]=30 [logprob7b]=480 [xnode]=560 [ppo7b]=760 [seed32b]=1260
                        [tools]=600 [par]=900 [pre]=600 [prewarm]=600)
     # its own session: it outlives the device call that starts it

@@ -435,7 +435,8 @@ def _preload_engine(monkeypatch, probe, extra_share: bool):
     monkeypatch.setattr(vllm_engine, "VllmEngine", probe)
     cfg = cfg_of("colocate_all_models=true", "vllm_enable_sleep=true", "actor_num_gpus_per_node=2",
                  "ref_num_gpus_per_node=2", "vllm_num_engines=1", "vllm_tensor_parallel_size=2",
-                 "rollout_batch_size=4", "micro_rollout_batch_size=2", "vllm_preload_workers=true")
+                 "rollout_batch_size=4", "micro_rollout_batch_size=2", "vllm_preload_workers=true",
+                 "vllm_in_process=true")
     p = plan(cfg, use_gpus=True)
     pg, ranks = _policy_and_ref(cfg, p)
     if extra_share:  # a quarter more of each bundle held: a host and vLLM's own worker cannot both fit on one

@@ -252,7 +252,13 @@ BAD_CONFIGS: dict[str, tuple[list[str], tuple[str, ...], list[str]]] = {
                                     ["--vllm_prewarm_kernels is only used with --rollout_backend vllm"]),
     "worker preload without TP workers": (["--vllm_tensor_parallel_size 1", "--vllm_preload_workers"], (),
                                           ["--vllm_preload_workers is only used with --vllm_tensor_parallel_size > 1 "
-                                           "(engines with TP workers); engines of TP 1 have no workers of their own"]),
+                                           "and --vllm_in_process (engines whose own process starts their TP "
+                                           "workers); engines of TP 1 have no workers of their own"]),
+    # the stage xnode2 (2026-11-29): the 32b-rloo preset's engines spawn their cores; the hosts started, idle
+    "worker preload with a spawned engine core": (["--vllm_tensor_parallel_size 2", "--vllm_preload_workers"], (),
+                                                  ["--vllm_preload_workers is only used with "
+                                                   "--vllm_tensor_parallel_size > 1 and --vllm_in_process", "without it "
+                                                   "each engine's core runs in a process vLLM spawns"]),
     "worker preload without vLLM": (["--rollout_backend hf", "--vllm_preload_workers"], (),
                                     ["--vllm_preload_workers is only used with --rollout_backend vllm"]),
     "unknown compile mode": (["--vllm_compile fast"], (),

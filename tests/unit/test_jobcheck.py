@@ -104,10 +104,11 @@ def test_the_miniature_cross_node_engine_is_accepted():
 
 def test_the_two_gpu_miniature_engine_spans_its_nodes_with_its_workers_preloaded():
     # bench/gpu/miniature/inventory-x2 (two nodes of ONE GPU: stage xnode2), one engine of TP 2 over both with
-    # --vllm_preload_workers: a GPU cluster takes the flag; its note says the TP group crosses the nodes
+    # --vllm_preload_workers (and the in-process core it needs): a GPU cluster takes the flag; its note says the
+    # TP group crosses the nodes
     cfg, gpus = job("32b-rloo", "actor_num_gpus_per_node=1", "ref_num_gpus_per_node=1", "vllm_num_engines=1",
-                    "vllm_tensor_parallel_size=2", "vllm_preload_workers=true", "rollout_batch_size=16",
-                    "micro_train_batch_size=8")
+                    "vllm_tensor_parallel_size=2", "vllm_preload_workers=true", "vllm_in_process=true",
+                    "rollout_batch_size=16", "micro_train_batch_size=8")
     assert cfg.vllm_preload_workers
     report = check(cfg, healthy((NodeView("127.0.0.7", 16, 1, True), NodeView("127.0.0.8", 16, 1))),
                    expects_gpus=gpus)
@@ -158,7 +159,7 @@ def test_a_gpu_kernel_flag_on_a_cpu_cluster_is_refused_before_submit(flag):
 def test_preloaded_tp_workers_on_a_cpu_cluster_are_refused_before_submit():
     """--vllm_preload_workers acts on vLLM's Ray executor, which only GPU engines of TP > 1 run: on a cluster
     without GPUs it would be accepted and do nothing."""
-    cfg, gpus = job("tiny-rloo", "vllm_tensor_parallel_size=2", "vllm_preload_workers=true")
+    cfg, gpus = job("tiny-rloo", "vllm_tensor_parallel_size=2", "vllm_preload_workers=true", "vllm_in_process=true")
     report = check(cfg, healthy(ONE_MACHINE), expects_gpus=gpus)
     assert "--vllm_preload_workers needs CUDA GPUs and the cluster has none" in "\n".join(report.problems)
     assert not any("preload" in p for p in check(cfg, healthy(TWO_BY_EIGHT), expects_gpus=True).problems)

@@ -455,9 +455,12 @@ _ONLY_WITH: list[tuple[tuple[str, ...], str, Callable[[Config], str], Callable[[
      "with --rollout_backend vllm)", lambda c: "colocated engines measure the free memory as they start, and the "
      "priming's would be counted against their KV cache",
      lambda c: c.vllm_start_with_models or not (c.colocate_all_models and c.rollout_backend == "vllm")),
-    (("vllm_preload_workers",), "--vllm_tensor_parallel_size > 1 (engines with TP workers)",
-     lambda c: f"engines of TP {c.vllm_tensor_parallel_size} have no workers of their own",
-     lambda c: c.rollout_backend != "vllm" or c.vllm_tensor_parallel_size > 1),
+    (("vllm_preload_workers",), "--vllm_tensor_parallel_size > 1 and --vllm_in_process (engines whose own process "
+     "starts their TP workers)",
+     lambda c: f"engines of TP {c.vllm_tensor_parallel_size} have no workers of their own"
+     if c.vllm_tensor_parallel_size < 2 else "without it each engine's core runs in a process vLLM spawns, whose "
+     "executor starts workers of its own and never takes the preloaded ones",
+     lambda c: c.rollout_backend != "vllm" or (c.vllm_tensor_parallel_size > 1 and c.vllm_in_process)),
     (("dynamic_filtering_reward_range", "dynamic_filtering_max_rounds"), "--dynamic_filtering",
      lambda c: "every prompt is kept", lambda c: c.dynamic_filtering),
     (("is_correction_threshold",), "--is_correction tis, icepop or seq-mask-tis", lambda c: "no correction is made",
@@ -480,7 +483,7 @@ def _only_with_rule(names: tuple[str, ...], condition: str, missing: Callable[[C
     reads = {"advantage_estimator", "init_kl_coef", "sft_warmup_steps", "use_wandb", "remote_rm_url",
              "rollout_backend", "save_steps", "retriever_url", "tools", "async_train", "dynamic_filtering", "is_correction",
              "colocate_all_models", "load_checkpoint", "eval_data", "profile_step", "vllm_start_with_models",
-             "vllm_tensor_parallel_size",
+             "vllm_tensor_parallel_size", "vllm_in_process",
              *names}
 
     @_rule(*reads)

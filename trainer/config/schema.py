@@ -166,7 +166,8 @@ class TrainerConfig:
         group=V,
     )  # fmt: skip
     vllm_preload_workers: bool = flag(
-        False, "GPU engines of TP > 1: each engine's process starts its TP workers' Ray actors first thing, and "
+        False, "GPU engines of TP > 1 with --vllm_in_process: each engine's process starts its TP workers' Ray "
+        "actors first thing, and "
         "they import vLLM while it imports its own; vLLM's Ray executor then takes them as its workers instead "
         "of starting new processes that import vLLM after the engine has built its configuration (a 7B-shaped "
         "engine of TP 2 on H200s: ready in 33 s against 55 s). Only an exact match is taken (bundle, GPU ask, "

@@ -145,7 +145,11 @@ class VllmEngine(RolloutEngine):
         self.startup_marks.mark("init")
         self._ray_executor = llm_kwargs.get("distributed_executor_backend") == "ray"  # vLLM's TP workers as actors
         self._hosts: worker_preload.Hosts | None = None
-        if preload_workers and self._ray_executor:
+        if preload_workers and self._ray_executor and not in_process:
+            # a core vLLM spawns builds its own executor, out of adopting()'s reach: hosts would only sit idle
+            log.warning("preload_workers: no TP worker hosts started: they are adopted only by an engine core in "
+                        "this process (in_process=True; --vllm_in_process)")
+        elif preload_workers and self._ray_executor:
             # first of all: the TP workers' processes import vLLM while this one does (worker_preload)
             self._hosts = worker_preload.start(tensor_parallel_size)
             if self._hosts is not None:
