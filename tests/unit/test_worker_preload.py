@@ -136,3 +136,21 @@ def test_noset_env_is_vllms_cuda_platforms():
               and "ray_noset_device_env_vars" in ast.unparse(node.target if isinstance(node, ast.AnnAssign)
                                                              else node.targets[0])]
     assert values == [list(wp.NOSET_ENV)]
+
+
+@pytest.mark.parametrize("in_process, started", [(False, False), (None, False), (True, True)])
+def test_an_engine_starts_hosts_only_when_its_core_runs_in_its_own_process(monkeypatch, caplog, in_process, started):
+    """The stage xnode2 (2026-11-29): with the engine's core in a process vLLM spawns, that process builds the
+    Ray executor, out of ``adopting()``'s reach, and the hosts sat idle on their bundles with nothing said. The
+    engine starts them only with ``in_process=True``, else it says why. (The engine stops at its sleep_level
+    check, after the hosts' start and before vLLM builds anything.)"""
+    from trainer.rollout import vllm_engine
+
+    calls = []
+    monkeypatch.setattr(vllm_engine.worker_preload, "start", lambda tp: calls.append(tp))
+    with pytest.raises(ValueError, match="sleep_level"):
+        vllm_engine.VllmEngine("/nonexistent/model", tensor_parallel_size=2, distributed_executor_backend="ray",
+                               preload_workers=True, in_process=in_process, sleep_level=3)
+    assert calls == ([2] if started else [])
+    said = [r.getMessage() for r in caplog.records if "no TP worker hosts started" in r.getMessage()]
+    assert bool(said) != started, said
