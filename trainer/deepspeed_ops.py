@@ -18,7 +18,8 @@ when every op loads; 2 for an op this node's DeepSpeed does not know (the messag
 
     python -m trainer.deepspeed_ops --check cpu_adam [OP ...]
 
-builds nothing: one JSON line per op, ``{"op", "state", "path"}`` with ``state`` ``installed``, ``cached`` or
+builds nothing and writes nothing on the node (not even the empty build directory a load makes): one JSON line
+per op, ``{"op", "state", "path"}`` with ``state`` ``installed``, ``cached`` or
 ``missing``, and for a missing op ``buildable`` (whether a job's load could compile it here) and, when not,
 ``why``. ``rlrun submit``'s probe job runs it on the nodes of an ``--adam_offload`` job (exit 0, or 2 as above).
 """
@@ -89,12 +90,35 @@ def _incompatible(builder: Any) -> str | None:
     return builder.error_log or "its builder says it is not compatible with this node"
 
 
-def _library(name: str) -> Path:
-    """Where a JIT load of op ``name`` builds its library: torch's own answer (private, in torch 2.11 and 2.13
-    alike: the pinned stack). It makes the (empty) build directory when there is none, as a load would."""
-    from torch.utils.cpp_extension import _get_build_directory
+class _LookingOs:
+    """``os`` as torch.utils.cpp_extension sees it while :func:`_library` looks: the same module, except that
+    ``makedirs`` makes nothing."""
 
-    return Path(_get_build_directory(name, False)) / f"{name}.so"
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    @staticmethod
+    def makedirs(*_args: Any, **_kwargs: Any) -> None:
+        return None
+
+
+def _library(name: str, make: bool = True) -> Path:
+    """Where a JIT load of op ``name`` builds its library: torch's own answer (private, in torch 2.11 and 2.13
+    alike: the pinned stack). Torch makes the (empty) build directory when there is none, as a load would;
+    with ``make`` False (``--check``, which changes nothing on the node) it makes none."""
+    from torch.utils import cpp_extension
+
+    if make:
+        return Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so"
+    real = cpp_extension.os
+    cpp_extension.os = _LookingOs(real)  # this CLI's one thread: nothing else uses the module meanwhile
+    try:
+        return Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so"
+    finally:
+        cpp_extension.os = real
 
 
 def look(name: str, builder: Any) -> dict[str, Any]:
@@ -104,7 +128,7 @@ def look(name: str, builder: Any) -> dict[str, Any]:
     succeeds is known only by building: ``ray_node__deepspeed_ops`` does that when the node is provisioned.)"""
     if _installed(name):
         return {"op": name, "state": "installed", "path": None}
-    library = _library(name)
+    library = _library(name, make=False)
     if library.exists():
         return {"op": name, "state": "cached", "path": str(library)}
     from torch.utils.cpp_extension import is_ninja_available

@@ -66,12 +66,27 @@ def _check(capsys) -> dict:
 
 
 def test_check_finds_cpu_adam_missing_and_buildable_with_a_compiler_and_ninja(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    ext = tmp_path / "ext"  # a node whose jobs have built nothing yet: no cache directory at all
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
     monkeypatch.setenv("CXX", sys.executable)  # any executable on the path: --check only looks for it
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])  # the venv's ninja
-    assert _check(capsys) == {"op": "cpu_adam", "state": "missing", "path": str(tmp_path / "cpu_adam" / "cpu_adam.so"),
+    assert _check(capsys) == {"op": "cpu_adam", "state": "missing", "path": str(ext / "cpu_adam" / "cpu_adam.so"),
                               "buildable": True}
-    assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()  # nothing built
+    assert list(tmp_path.iterdir()) == []  # nothing built, not even torch's empty build directory
+
+
+def test_the_check_finds_where_a_build_puts_the_op(monkeypatch, tmp_path):
+    """The path --check reports (torch's directory maker held back) is the one a build's load uses."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from trainer.deepspeed_ops import _library
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    looked = _library("cpu_adam", make=False)
+    assert not (tmp_path / "ext").exists()
+    assert cpp_extension.os is os  # torch's module has its os back
+    made = _library("cpu_adam")  # as a load: torch makes the directory it will build in
+    assert made == looked == tmp_path / "ext" / "cpu_adam" / "cpu_adam.so" and made.parent.is_dir()
 
 
 def test_check_says_why_cpu_adam_cannot_be_built(monkeypatch, tmp_path, capsys):
