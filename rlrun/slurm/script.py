@@ -158,7 +158,7 @@ def render(spec: NodeSpec, opts: JobOptions, version: str = "") -> str:
         accel_env_file=shell_word(spec.accel_env_file), accel_env=_ensure_newline(heredoc(spec.accel_env), 'RLRUN_ACCEL_ENV'),
         ray_env=_ensure_newline(heredoc(spec.ray_env), 'RLRUN_RAY_ENV'), reward_argv=words(spec.reward_argv),
         requeue=opts.requeues, ckpt_args=words(opts.ckpt_args), resume_args=words(opts.resume_args),
-        ckpt_shown=shell_word(opts.ckpt_shown or "-"),
+        ckpt_shown=shell_word(opts.ckpt_shown or "-"), deepspeed_ops=words(spec.deepspeed_ops),
     )
 
 

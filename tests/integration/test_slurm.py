@@ -90,14 +90,18 @@ def test_the_slurm_script_starts_what_the_roles_start(tmp_path):
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="unreachable: make test installs shellcheck")
 def test_rendered_scripts_pass_shellcheck(tmp_path):
-    """Batch (plain and --requeue) and long-lived, CPU and AMD: shellcheck finds nothing (warnings included)."""
+    """Batch (plain and --requeue) and long-lived, CPU and AMD, with DeepSpeed ops to build: shellcheck finds
+    nothing (warnings included)."""
     amd = write_inventory(tmp_path, "amdsc", "10.77.0.11", 21000, group_vars=SEED_AMD)
+    ops = write_inventory(tmp_path / "ops", "opssc", "10.77.0.11", 21000,
+                          group_vars={"ray_node__deepspeed_ops": ["cpu_adam"]})
     requeue = JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"], requeue=True,
                          ckpt_args=["--set", f"ckpt_path={ph('JOB_CKPT')}"], resume_args=["--set", "load_checkpoint=true"],
                          ckpt_shown=ph("JOB_CKPT"))
     for inv, opts in ((PROJECT / "inventory", JobOptions(nodes=3, submit_args=["--preset", "tiny-rloo"])),
                       (PROJECT / "inventory", requeue),
-                      (amd, JobOptions(nodes=2, gpus_per_node=8, cluster_dir=tmp_path / "c", partition="mi300"))):
+                      (amd, JobOptions(nodes=2, gpus_per_node=8, cluster_dir=tmp_path / "c", partition="mi300")),
+                      (ops, JobOptions(nodes=2, submit_args=["--preset", "7b-ppo"]))):
         script = tmp_path / "job.sbatch"
         script.write_text(render(evaluate(inv), opts))
         proc = subprocess.run(["shellcheck", "-S", "style", str(script)], capture_output=True, text=True)
@@ -279,10 +283,13 @@ def test_two_jobs_share_the_nodes_and_scancel_mid_job_leaves_nothing(lab, slurm_
 
     # The other job's cluster is untouched: all three nodes alive, and it runs a job to the end.
     job = _rlrun(lab, "submit", "--no-working-dir", "--follow", "--", "python", "-c",
-                 "import ray; ray.init(); print('nodes', len([n for n in ray.nodes() if n['Alive']]))",
+                 "import os, ray; ray.init(); print('nodes', len([n for n in ray.nodes() if n['Alive']])); "
+                 "print('extensions', os.environ.get('TORCH_EXTENSIONS_DIR'))",
                  inv=cluster_dir)
     assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-2000:]
     assert "nodes 3" in job.stdout
+    # torch's extension cache (DeepSpeed's JIT ops) is the node's and the user's, outside the job's dirs
+    assert f"extensions {lab.node_tmp}/rlrun-" in job.stdout and "/torch_extensions\n" in job.stdout, job.stdout
 
     stop = _rlrun(lab, "slurm", "cancel", long_id, inv=slurm_inv)
     assert stop.returncode == 0, stop.stderr
@@ -290,3 +297,26 @@ def test_two_jobs_share_the_nodes_and_scancel_mid_job_leaves_nothing(lab, slurm_
     _wait(lambda: not lab.job_pids(), 60, "every job process on the nodes to end")
     _nothing_left(lab, long_id, job_root)
     _nothing_left(lab, batch_id, job_root)
+
+
+def test_a_node_that_cannot_build_its_deepspeed_ops_ends_the_job_before_its_cluster_is_up(lab, tmp_path):
+    """ray_node__deepspeed_ops is built by each node step before its Ray starts (as the role builds it when it
+    provisions a node): one the node's DeepSpeed cannot build ends that step with the tool's message, and the
+    job with it, before any Ray job runs, and leaves nothing behind."""
+    inv = write_inventory(tmp_path / "inv", "slurmops", "10.245.61.11", 21000, group_vars={
+        "accel_env__gloo_socket_ifname": "eth0", "ray_node__deepspeed_ops": ["rlrun_no_such_op"]})
+    job_root = tmp_path / "jobs"
+    proc = _rlrun(lab, "slurm", "submit", "--nodes", "1", "--reward-node", "none", "--node-tmp", str(lab.node_tmp),
+                  "--job-root", str(job_root), "--working-dir", str(tmp_path), "--time", "5", "--",
+                  "python", "-c", "print('the job ran')", inv=inv, timeout=300)
+    out = proc.stdout + proc.stderr
+    job_id = next(job_root.glob("*.out")).stem
+    log = (job_root / f"{job_id}.out").read_text(errors="replace")
+    assert proc.returncode != 0, out[-3000:]
+    assert "DeepSpeed ops rlrun_no_such_op: building into" in log, log[-3000:]
+    assert "unknown DeepSpeed op(s) 'rlrun_no_such_op'" in log and "cpu_adam" in log  # the node's own ops named
+    assert "(ray_node__deepspeed_ops) did not build on n1" in log
+    assert "the head's step ended before the cluster was up" in log
+    assert "the job ran" not in log and "ray start on" not in log
+    assert json.loads((job_root / f"{job_id}.json").read_text())["state"] == "failed"
+    _nothing_left(lab, job_id, job_root)

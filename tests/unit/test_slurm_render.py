@@ -72,6 +72,36 @@ def test_the_reward_service_gets_the_jobs_own_token_and_tls_is_refused(tmp_path)
         evaluate(inv)
 
 
+def test_each_node_builds_the_inventorys_deepspeed_ops_into_a_cache_kept_from_job_to_job(tmp_path):
+    """ray_node__deepspeed_ops, which the role builds after a node's start, is built by each node step before its
+    Ray starts, into torch's extension cache under the node's per-user dir (HOME is the job's state dir, removed
+    with the job: a cache there would compile cpu_adam once a job)."""
+    assert "DEEPSPEED_OPS=()\n" in _render(PROJECT / "inventory")  # none asked: nothing built
+    inv = write_inventory(tmp_path, "opsjob", "10.1.0.1", 21000, group_vars={
+        "ray_node__deepspeed_ops": ["cpu_adam", "cpu_adam"]})
+    assert evaluate(inv).deepspeed_ops == ["cpu_adam"]
+    text = _render(inv)
+    assert "DEEPSPEED_OPS=(cpu_adam)\n" in text
+    assert 'EXT_DIR="$parent/torch_extensions"' in text  # beside the job dirs, not in them
+    job_env = text.split("<<RLRUN_JOB_ENV\n", 1)[1].split("RLRUN_JOB_ENV\n", 1)[0]
+    assert "TORCH_EXTENSIONS_DIR='${EXT_DIR}'" in job_env
+    node_main = text.split("node_main() {", 1)[1].split("\n}\n", 1)[0]
+    build = node_main.index('run_in_session "$VENV/bin/python" -m trainer.deepspeed_ops "${DEEPSPEED_OPS[@]}"')
+    assert build < node_main.index('run_in_session "${RAY_CMD[@]}"')
+
+
+@pytest.mark.parametrize("ops, why", [
+    ("cpu_adam", "ray_node__deepspeed_ops = 'cpu_adam': must be a list"),  # the contract's type check
+    (["cpu_adam; touch /tmp/x"], r"ray_node__deepspeed_ops = \['cpu_adam; touch /tmp/x'\]: expected a list of "
+                                 "DeepSpeed op names such as \\[cpu_adam\\]"),
+    (["CPU-Adam"], "expected a list of DeepSpeed op names"), ([1], "expected a list of DeepSpeed op names")])
+def test_deepspeed_ops_that_are_not_a_list_of_op_names_are_refused(tmp_path, ops, why):
+    """They would go into the script's shell words: refused as the role's assert refuses them, naming the value."""
+    inv = write_inventory(tmp_path, "badops", "10.1.0.1", 21000, group_vars={"ray_node__deepspeed_ops": ops})
+    with pytest.raises(RlrunError, match=why):
+        evaluate(inv)
+
+
 def test_placeholders_substitute_back_to_a_hosts_values():
     spec = evaluate(PROJECT / "inventory")
     argv = [substitute(a, {"NODE_IP": "10.0.0.5", "HEAD_IP": "10.0.0.1", "PORT_GCS": "17000", "TEMP_DIR": "/t",
