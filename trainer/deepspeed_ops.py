@@ -121,6 +121,28 @@ def _library(name: str, make: bool = True) -> Path:
         cpp_extension.os = real
 
 
+#: A build lock this old is a killed build's (builds take minutes): torch's next build would wait on it for ever.
+STALE_LOCK_S = 3600.0
+
+
+def clear_stale_lock(name: str, older_than: float = STALE_LOCK_S) -> Path | None:
+    """Remove torch's build lock of op ``name`` when it is ``older_than`` seconds old or more, and return it
+    (else None). A build killed midway (a job stopped in its start-up, ``scancel``, a node step's time limit)
+    leaves the lock in the extension cache, which outlives jobs, and torch's next build of the op waits for it
+    to go, for ever: the job hangs in its optimizer, the node's provisioning in its ops task. A younger lock may
+    be a build running now, and stays."""
+    lock = _library(name, make=False).parent / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return None
+    if age < older_than:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        lock.unlink()
+    return lock
+
+
 def look(name: str, builder: Any) -> dict[str, Any]:
     """Where op ``name`` stands on this node, building nothing: its ``--check`` line. A missing op is
     ``buildable`` when its builder is compatible with this node and the C++ compiler torch would call
@@ -154,6 +176,9 @@ def build(name: str, builder: Any) -> dict[str, Any]:
     if reason:
         raise OpError(f"DeepSpeed op {name!r} cannot be built on this node: {reason}")
     library = _library(name)
+    if (lock := clear_stale_lock(name)) is not None:
+        print(f"deepspeed_ops: removed {lock}, a build lock {STALE_LOCK_S / 3600:g} h old or more (a killed "
+              "build's; torch would wait for it for ever)", file=sys.stderr)
     before = library_state(library)
     try:
         module = builder.load(verbose=False)

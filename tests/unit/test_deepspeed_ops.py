@@ -110,3 +110,22 @@ def test_check_refuses_unknown_ops_as_a_build_does(capsys):
     assert main(["--check", "cpu_adamm"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "unknown DeepSpeed op(s) 'cpu_adamm'" in err
+
+
+def test_a_killed_builds_lock_is_removed_and_a_running_builds_is_kept(monkeypatch, tmp_path, capsys):
+    """torch waits for a build lock to go, for ever: one an hour old (a killed build's, in a cache that outlives
+    jobs) goes before a build; a younger one (another process building now) stays."""
+    import time
+
+    from trainer.deepspeed_ops import STALE_LOCK_S, clear_stale_lock
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = tmp_path / "cpu_adam" / "lock"
+    assert clear_stale_lock("cpu_adam") is None  # no cache, no lock: nothing made either
+    assert list(tmp_path.iterdir()) == []
+    lock.parent.mkdir()
+    lock.touch()
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    assert clear_stale_lock("cpu_adam") is None and lock.exists()
+    os.utime(lock, (time.time() - STALE_LOCK_S - 5, time.time() - STALE_LOCK_S - 5))
+    assert clear_stale_lock("cpu_adam") == lock and not lock.exists()

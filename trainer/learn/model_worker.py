@@ -222,7 +222,8 @@ def cpu_adam_threads(node: str) -> int:
     OMP_NUM_THREADS=1 (its CPU ask), so without this each rank's optimizer step over its offloaded states
     (billions of parameters at 32B) runs on one core. Set before the optimizer's extension loads: its
     OpenMP runtime reads the variable then, torch's own takes ``set_num_threads``. Every rank must call it
-    (the ranks' nodes are gathered)."""
+    (the ranks' nodes are gathered). It also clears a killed build's stale lock on the op
+    (trainer.deepspeed_ops.clear_stale_lock)."""
     import os
 
     import torch.distributed as dist
@@ -234,6 +235,10 @@ def cpu_adam_threads(node: str) -> int:
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, nodes.count(node)))
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+    from trainer.deepspeed_ops import clear_stale_lock
+
+    if (lock := clear_stale_lock("cpu_adam")) is not None:  # else the extension's build below waits for ever
+        print(f"removed {lock}: a killed build's lock, an hour old or more", flush=True)
     return threads
 
 
