@@ -114,7 +114,9 @@ def _library(name: str, make: bool = True) -> Path:
     if make:
         return Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so"
     real = cpp_extension.os
-    cpp_extension.os = _LookingOs(real)  # this CLI's one thread: nothing else uses the module meanwhile
+    # For the microseconds of the call a JIT build on another thread of this process would not make its directory:
+    # the callers (this CLI; a rank just before its own load of the op, clear_stale_lock) build nothing meanwhile
+    cpp_extension.os = _LookingOs(real)
     try:
         return Path(cpp_extension._get_build_directory(name, False)) / f"{name}.so"
     finally:
