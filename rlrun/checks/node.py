@@ -4,6 +4,7 @@ accelerator and fabric are set (roles/accel_env's variables) is rlrun/checks/acc
 from __future__ import annotations
 
 import difflib
+import re
 
 from rlrun.checks.problems import Recorder
 from rlrun.checks.shapes import whole
@@ -11,6 +12,7 @@ from rlrun.checks.vocabulary import N
 from rlrun.inventory_view import UNKNOWN
 
 VENDORS = ("nvidia", "amd", "cpu")
+OP_NAME = re.compile(r"^[a-z][a-z0-9_]*$")  # a DeepSpeed op's name (roles/ray_node's assert)
 VENDOR_GUESSES = {"cuda": "nvidia", "gpu": "nvidia", "nv": "nvidia", "rocm": "amd", "hip": "amd", "none": "cpu"}
 
 
@@ -39,6 +41,11 @@ def check_resources(r: Recorder, host: str) -> None:
         for name, amount in res.items():
             if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
                 r.add(host, N.resources, res, f"resource {name!r} must be a number >= 0")
+    ops = r.user_value(host, N.deepspeed_ops)  # not a list: the type's rule says so
+    if isinstance(ops, list) and not all(isinstance(op, str) and OP_NAME.match(op) for op in ops):
+        # they go into the build's command line here and into the words of `rlrun slurm`'s script
+        r.add(host, N.deepspeed_ops, r.raw(host)[N.deepspeed_ops], "must be a list of DeepSpeed op names such as "
+              "[cpu_adam] (lower case, digits and underscores)")
 
 
 def check_vendor(r: Recorder, host: str) -> None:

@@ -37,6 +37,7 @@ N = SimpleNamespace(
     num_cpus="ray_node__num_cpus",
     object_store_memory="ray_node__object_store_memory",
     resources="ray_node__resources",
+    deepspeed_ops="ray_node__deepspeed_ops",
     expected_nodes="cluster__expected_nodes",
     expected_gpus="cluster__expected_gpus",
     nofile_limit="cluster__nofile_limit",

@@ -283,6 +283,9 @@ CASES = [
      [r"cluster__expected_nodes = 0 .*must be a whole number, 1 or more"]),
     ("negative custom resource", dict(gv={"ray_node__resources": {"accel": -2}}),
      [r"ray_node__resources = \{'accel': -2\} .*resource 'accel' must be a number >= 0"]),
+    ("DeepSpeed op with a shell word", dict(gv={"ray_node__deepspeed_ops": ["cpu_adam; touch /tmp/x"]}),
+     [r"ray_node__deepspeed_ops = \['cpu_adam; touch /tmp/x'\] .*must be a list of DeepSpeed op names such as "
+      r"\[cpu_adam\]"]),
     # --- accelerator and fabric -----------------------------------------------------------------------
     ("vendor typo", dict(gv={"cluster__accelerator": "nvida"}),
      [r"cluster__accelerator = 'nvida' .*must be nvidia, amd or cpu: did you mean nvidia\?"]),

@@ -92,11 +92,12 @@ def test_each_node_builds_the_inventorys_deepspeed_ops_into_a_cache_kept_from_jo
 
 @pytest.mark.parametrize("ops, why", [
     ("cpu_adam", "ray_node__deepspeed_ops = 'cpu_adam': must be a list"),  # the contract's type check
-    (["cpu_adam; touch /tmp/x"], r"ray_node__deepspeed_ops = \['cpu_adam; touch /tmp/x'\]: expected a list of "
+    (["cpu_adam; touch /tmp/x"], r"ray_node__deepspeed_ops = \['cpu_adam; touch /tmp/x'\]: must be a list of "
                                  "DeepSpeed op names such as \\[cpu_adam\\]"),
-    (["CPU-Adam"], "expected a list of DeepSpeed op names"), ([1], "expected a list of DeepSpeed op names")])
+    (["CPU-Adam"], "must be a list of DeepSpeed op names"), ([1], "must be a list of DeepSpeed op names")])
 def test_deepspeed_ops_that_are_not_a_list_of_op_names_are_refused(tmp_path, ops, why):
-    """They would go into the script's shell words: refused as the role's assert refuses them, naming the value."""
+    """They would go into the script's shell words: refused by the contract's rules (rlrun/checks, as `rlrun
+    validate` and site.yml refuse them), naming the value."""
     inv = write_inventory(tmp_path, "badops", "10.1.0.1", 21000, group_vars={"ray_node__deepspeed_ops": ops})
     with pytest.raises(RlrunError, match=why):
         evaluate(inv)
