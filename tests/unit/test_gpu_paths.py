@@ -256,6 +256,30 @@ def test_cpu_adam_gets_its_share_of_the_nodes_cores(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_rank_clears_a_killed_builds_lock_before_it_loads_cpu_adam(monkeypatch, tmp_path, capsys):
+    """torch's extension cache outlives jobs; a lock a killed build left there an hour ago would make the rank's
+    load of cpu_adam wait for ever: prepare_cpu_adam removes it (and gives the rank its threads)."""
+    import os
+    import time
+
+    import torch
+
+    from trainer.learn.model_worker import prepare_cpu_adam
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    lock = tmp_path / "cpu_adam" / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    os.utime(lock, (time.time() - 7200, time.time() - 7200))
+    before = torch.get_num_threads()
+    try:
+        assert prepare_cpu_adam("10.0.0.1") == len(os.sched_getaffinity(0))
+    finally:
+        torch.set_num_threads(before)
+    assert not lock.exists() and f"removed {lock}" in capsys.readouterr().out
+
+
 class _StopAfterPolicy(Exception):
     pass
 

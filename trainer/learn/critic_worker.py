@@ -17,11 +17,11 @@ from trainer.learn.losses import value_loss
 from trainer.learn.model_worker import (
     attn_implementation,
     check_granularity,
-    cpu_adam_threads,
     ds_config,
     fp32_rope,
     grad_norm,
     liger_kernels,
+    prepare_cpu_adam,
     to_device,
 )
 from trainer.learn.packing import pack, unpack
@@ -85,7 +85,7 @@ class CriticWorker(CheckpointWorker, DistributedWorker):
         if adam_offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-            cpu_adam_threads(self.node_ip())
+            prepare_cpu_adam(self.node_ip())
             optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
         else:
             optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2)

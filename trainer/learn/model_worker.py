@@ -222,8 +222,7 @@ def cpu_adam_threads(node: str) -> int:
     OMP_NUM_THREADS=1 (its CPU ask), so without this each rank's optimizer step over its offloaded states
     (billions of parameters at 32B) runs on one core. Set before the optimizer's extension loads: its
     OpenMP runtime reads the variable then, torch's own takes ``set_num_threads``. Every rank must call it
-    (the ranks' nodes are gathered). It also clears a killed build's stale lock on the op
-    (trainer.deepspeed_ops.clear_stale_lock)."""
+    (the ranks' nodes are gathered)."""
     import os
 
     import torch.distributed as dist
@@ -235,9 +234,17 @@ def cpu_adam_threads(node: str) -> int:
     threads = max(1, len(os.sched_getaffinity(0)) // max(1, nodes.count(node)))
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+    return threads
+
+
+def prepare_cpu_adam(node: str) -> int:
+    """What a rank does before it makes DeepSpeed's CPU Adam: its threads (:func:`cpu_adam_threads`, returned),
+    and a killed build's stale lock on the op cleared (trainer.deepspeed_ops.clear_stale_lock), on which the
+    extension's build would wait for ever."""
     from trainer.deepspeed_ops import clear_stale_lock
 
-    if (lock := clear_stale_lock("cpu_adam")) is not None:  # else the extension's build below waits for ever
+    threads = cpu_adam_threads(node)
+    if (lock := clear_stale_lock("cpu_adam")) is not None:
         print(f"removed {lock}: a killed build's lock, an hour old or more", flush=True)
     return threads
 
@@ -292,7 +299,7 @@ class ModelWorker(CheckpointWorker, DistributedWorker):
             if adam_offload:
                 from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-                cpu_adam_threads(self.node_ip())
+                prepare_cpu_adam(self.node_ip())
                 optimizer = DeepSpeedCPUAdam(params, lr=learning_rate, weight_decay=l2)
             else:  # one fused kernel on CUDA instead of a loop over parameter groups
                 optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=l2,
