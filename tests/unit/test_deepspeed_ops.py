@@ -57,6 +57,23 @@ def test_a_build_without_a_compiler_fails_naming_the_op_and_what_it_needs(monkey
     assert not (tmp_path / "cpu_adam" / "cpu_adam.so").exists()
 
 
+def test_a_build_removes_a_killed_builds_lock_before_it_loads(monkeypatch, tmp_path, capsys):
+    """The same real build, over a lock a killed build left two hours ago: torch would have waited on it for
+    ever; the build removes it first, says so, and gets as far as the compiler."""
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")
+    lock = tmp_path / "cpu_adam" / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    os.utime(lock, (time.time() - 7200, time.time() - 7200))
+    assert main(["cpu_adam"]) == 1
+    _, err = capsys.readouterr()
+    assert f"deepspeed_ops: removed {lock}, a build lock 1 h old or more" in err
+    assert "did not build in" in err  # it reached the compiler instead of waiting
+
+
 def _check(capsys) -> dict:
     assert main(["--check", "cpu_adam", "cpu_adam"]) == 0
     out, _ = capsys.readouterr()
